@@ -1,0 +1,30 @@
+# The README's two commands: `make demo` and `make test`. Both work from a fresh clone.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP_FLAGS ?= -q --disable-pip-version-check
+
+.PHONY: demo test setup setup-test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	touch $(VENV)/.installed $@
+
+setup: $(VENV)/.installed
+setup-test: $(VENV)/.installed-test
+
+demo: setup
+	scripts/netns.sh $(VENV)/bin/tokenmill demo --output demo_out
+
+test: setup-test
+	$(VENV)/bin/ruff check .
+	scripts/netns.sh $(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) demo_out .pytest_cache

@@ -1,0 +1,60 @@
+"""Best-fit against concat-and-chunk on the demo corpus: utilization and documents cut.
+
+Builds the demo corpus (this machine's Python packages) unless --data is given, trains the demo's
+tokenizer on it, tokenizes every document once and packs the same token streams both ways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import read_texts  # noqa: E402
+from pipeline.packing import pack_all  # noqa: E402
+from pipeline.spec import TokenizerSpec  # noqa: E402
+from pipeline.tokenize import DocEncoder, TokenizerInfo, special_tokens, train_bpe  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", nargs="*", type=Path, help="JSONL(.gz) files (default: a fresh demo corpus)")
+    ap.add_argument("--max-bytes", type=int, default=20_000_000)
+    ap.add_argument("--seq-len", type=int, nargs="*", default=[1024, 2048, 4096])
+    ap.add_argument("--vocab", type=int, default=8192)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.data:
+            paths = args.data
+        else:
+            from pipeline.demo_corpus import build_demo_corpus
+
+            paths = build_demo_corpus(Path(tmp) / "corpus", max_bytes=args.max_bytes)
+        texts = read_texts(sorted(paths))
+    tspec = TokenizerSpec()
+    tok = train_bpe(texts[:20000], args.vocab, 2, special_tokens(tspec))
+    enc = DocEncoder(tok, TokenizerInfo.resolve(tok, tspec))
+    encoded = []
+    for i in range(0, len(texts), 512):
+        batch = texts[i : i + 512]
+        encoded += [(str(i + j), ids, None) for j, (ids, _) in enumerate(enc.encode(batch, [""] * len(batch)))]
+    print(f"{len(texts)} documents, {sum(len(e[1]) for e in encoded)} tokens")
+    print(f"{'seq_len':>8} {'method':<9}{'sequences':>10}{'utilization':>13}{'docs cut':>10}{'cut %':>8}")
+    figures = {}
+    for L in args.seq_len:
+        for method in ("best_fit", "concat"):
+            _, st = pack_all(encoded, method, L)
+            print(f"{L:>8} {method:<9}{st.sequences:>10}{st.utilization:>13.4%}{st.docs_cut:>10}{st.cut_fraction:>8.2%}")
+            figures[f"{method}_{L}"] = {"utilization": round(st.utilization, 5), "docs_cut": st.docs_cut}
+    L = args.seq_len[0]
+    print(json.dumps({"bench": "packing", "seq_len": L, "best_fit_utilization": figures[f"best_fit_{L}"]["utilization"],
+                      "best_fit_docs_cut": figures[f"best_fit_{L}"]["docs_cut"],
+                      "concat_docs_cut": figures[f"concat_{L}"]["docs_cut"], "all": figures, "goal": 0.99}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The demo job: a corpus built on the spot from this machine's Python packages, and its spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pipeline.spec import JobSpec, load_spec
+from pipeline.stages import STAGES
+
+DEMO_STAGES = [
+    {"type": "normalize"},
+    {"type": "length", "params": {"min_chars": 32}},
+    {"type": "exact_dedup"},
+    {"type": "near_dedup", "params": {"threshold": 0.8}},
+]
+
+
+def demo_spec(out_dir: Path, max_bytes: int = 20_000_000, parallelism: int | None = None) -> JobSpec:
+    from pipeline.demo_corpus import build_demo_corpus
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    corpus = out_dir / "corpus"
+    build_demo_corpus(corpus, max_bytes=max_bytes)
+    spec = {
+        "name": "demo",
+        "inputs": [{"path": "corpus/*.jsonl.gz", "format": "jsonl"}],
+        "stages": [s for s in DEMO_STAGES if s["type"] in STAGES],
+        "tokenizer": {"train": {"vocab_size": 8192}},
+        "packing": {"seq_len": 1024, "method": "best_fit"},
+        "output": {"path": "output", "samples_per_shard": 256, "overwrite": True},
+        "execution": {"parallelism": parallelism},
+    }
+    path = out_dir / "demo.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return load_spec(path)

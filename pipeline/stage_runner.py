@@ -1,0 +1,114 @@
+"""Ray-side wrappers: run a reader or a batch stage inside Ray workers and count what it does.
+
+The base class, not each stage, collects docs in/out, drops per reason, bytes and seconds, and
+writes dropped documents to ``rejected/``: a stage only decides what to keep.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.batches import DOC_SCHEMA, docs_to_table, reject_row, table_to_docs, text_bytes
+from pipeline.spec import InputSpec
+from pipeline.stages.base import Drop, Stage, StageContext
+from pipeline.stats import StageRecorder
+
+READ_BATCH = 512
+
+
+class ReadFiles:
+    """Ray Data UDF: one row per input file in, batches of documents out (a generator, so a large
+    file streams instead of being held whole)."""
+
+    def __init__(self, recorder: StageRecorder):
+        self.recorder = recorder
+
+    def __call__(self, files: pa.Table) -> Iterator[pa.Table]:
+        from pipeline.readers import read_file
+
+        for row in files.to_pylist():
+            spec = InputSpec.model_validate_json(row["input"])
+            t0 = time.perf_counter()
+            docs: list[dict[str, Any]] = []
+            rejects: list[dict[str, Any]] = []
+            dropped: Counter[str] = Counter()
+            for item in read_file(row["file_index"], row["path"], spec):
+                if isinstance(item, Drop):
+                    dropped[item.reason] += 1
+                    rejects.append(reject_row(item.doc, item.reason, item.detail))
+                else:
+                    docs.append(item)
+                if len(docs) >= READ_BATCH:
+                    yield self._flush(docs, rejects, dropped, t0)
+                    docs, rejects, dropped, t0 = [], [], Counter(), time.perf_counter()
+            if docs or rejects:
+                yield self._flush(docs, rejects, dropped, t0)
+
+    def _flush(self, docs, rejects, dropped, t0) -> pa.Table:
+        table = docs_to_table(docs)
+        self.recorder.rejects(rejects)
+        self.recorder.counts(
+            docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
+            bytes_out=text_bytes(table), seconds=time.perf_counter() - t0,
+        )
+        return table
+
+
+class BatchStageRunner:
+    """Ray Data UDF (run in an actor pool) around one :class:`Stage`."""
+
+    def __init__(self, stage_cls: type[Stage], params_json: str, ctx: StageContext, recorder: StageRecorder):
+        self.stage = stage_cls(stage_cls.Params.model_validate_json(params_json), ctx)
+        self.stage.setup()
+        self.recorder = recorder
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        t0 = time.perf_counter()
+        docs = table_to_docs(table)
+        kept: list[dict[str, Any]] = []
+        rejects: list[dict[str, Any]] = []
+        dropped: Counter[str] = Counter()
+        for item in self.stage.process(docs):
+            if isinstance(item, Drop):
+                dropped[item.reason] += 1
+                rejects.append(reject_row(item.doc, item.reason, item.detail))
+            else:
+                kept.append(item)
+        out = docs_to_table(kept) if kept else DOC_SCHEMA.empty_table()
+        self.recorder.rejects(rejects)
+        self.recorder.counts(
+            docs_in=len(docs), docs_out=len(kept), dropped=dict(dropped), bytes_in=text_bytes(table),
+            bytes_out=text_bytes(out), seconds=time.perf_counter() - t0,
+        )
+        return out
+
+
+class TokenizeBatch:
+    """Ray Data UDF: documents in, token ids (and loss masks for SFT documents) out."""
+
+    def __init__(self, tokenizer_json: str, info: Any, recorder: StageRecorder):
+        from tokenizers import Tokenizer
+
+        from pipeline.tokenize import DocEncoder
+
+        self.encoder = DocEncoder(Tokenizer.from_str(tokenizer_json), info)
+        self.recorder = recorder
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        t0 = time.perf_counter()
+        texts = table.column("text").to_pylist()
+        segments = table.column("segments").to_pylist()
+        encoded = self.encoder.encode(texts, segments)
+        ids = pa.array([e[0] for e in encoded], type=pa.large_list(pa.int32()))
+        masks = pa.array([e[1] for e in encoded], type=pa.large_list(pa.uint8()))
+        out = pa.table({"id": table.column("id"), "ord": table.column("ord"), "ids": ids, "mask": masks})
+        self.recorder.counts(
+            docs_in=table.num_rows, docs_out=table.num_rows, bytes_in=text_bytes(table),
+            seconds=time.perf_counter() - t0,
+        )
+        return out

@@ -1,0 +1,42 @@
+"""Unicode NFC, line endings, and trimming: the canonical text every later stage hashes and counts."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.stages.base import Doc, Drop, Stage
+
+
+class NormalizeParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    form: str = "NFC"
+    strip: bool = True
+
+
+class Normalize(Stage):
+    name = "normalize"
+    Params = NormalizeParams
+
+    def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
+        for doc in docs:
+            if doc.get("segments"):  # SFT: normalize each part, keep the prompt/response split
+                parts = [[self._clean(t), train] for t, train in json.loads(doc["segments"])]
+                doc["segments"] = json.dumps(parts, ensure_ascii=False)
+                doc["text"] = "".join(t for t, _ in parts)
+                yield doc
+                continue
+            text = self._clean(doc["text"])
+            if self.params.strip:
+                text = text.strip()
+            if not text:
+                yield Drop(doc, "empty_after_normalize")
+                continue
+            doc["text"] = text
+            yield doc
+
+    def _clean(self, text: str) -> str:
+        return unicodedata.normalize(self.params.form, text.replace("\r\n", "\n").replace("\r", "\n"))

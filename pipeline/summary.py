@@ -1,0 +1,25 @@
+"""A readable end-of-job summary from stats.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def format_summary(stats: dict[str, Any], output_dir: str | Path) -> str:
+    lines = [f"job {stats['job']}: done in {stats['seconds']['total']:.1f}s (parallelism {stats['parallelism']})", ""]
+    lines.append(f"{'stage':<24}{'docs in':>10}{'docs out':>10}{'MB in':>9}{'sec':>8}  dropped")
+    for s in stats["stages"]:
+        dropped = ", ".join(f"{k}={v}" for k, v in s["dropped"].items()) or "-"
+        mb = (s["bytes_in"] or s["bytes_out"]) / 1e6
+        lines.append(f"{s['stage']:<24}{s['docs_in']:>10}{s['docs_out']:>10}{mb:>9.2f}{s['seconds']:>8.1f}  {dropped}")
+    p, o, t = stats["packing"], stats["output"], stats["throughput"]
+    lines += [
+        "",
+        f"packing     {p['method']}, seq_len {p['seq_len']}: {p['sequences']} sequences, "
+        f"utilization {p['utilization']:.2%}, documents cut {p['docs_cut']}/{p['docs']} ({p['cut_fraction']:.2%})",
+        f"output      {o['tokens']} tokens in {o['samples']} samples, {o['shards']} shard(s)",
+        f"throughput  {t['docs_per_s']:.0f} docs/s end to end, {t['tokens_per_s']:.0f} tokens/s tokenize+pack+write",
+        f"written to  {Path(output_dir).resolve()}  (inspect: tokenmill inspect {output_dir} --decode 2)",
+    ]
+    return "\n".join(lines)

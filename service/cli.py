@@ -1,0 +1,151 @@
+"""``tokenmill`` command line: run a job, run the demo, inspect a shard set, plan, train.
+
+Errors a user can fix (an invalid spec, an existing output) print one line per problem and exit 2,
+without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+
+
+def _err(msg: str) -> int:
+    for line in msg.splitlines():
+        print(f"error: {line}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _progress(msg: str) -> None:
+    print(f"[tokenmill] {msg}", flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pipeline.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        return _err(str(exc))
+    updates: dict[str, Any] = {}
+    if args.parallelism:
+        updates["parallelism"] = args.parallelism
+    if args.address:
+        updates["address"] = args.address
+    if updates:
+        spec = spec.model_copy(update={"execution": spec.execution.model_copy(update=updates)})
+    if args.overwrite:
+        spec = spec.model_copy(update={"output": spec.output.model_copy(update={"overwrite": True})})
+    return _run(spec)
+
+
+def _run(spec: Any) -> int:
+    from pipeline.runner import JobError, run_job
+    from pipeline.summary import format_summary
+    from pipeline.tokenize import TokenizerError
+
+    try:
+        result = run_job(spec, progress=_progress)
+    except (JobError, TokenizerError) as exc:
+        return _err(str(exc))
+    print(format_summary(result.stats, result.output_dir))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.demo import demo_spec
+
+    spec = demo_spec(Path(args.output), max_bytes=args.max_bytes, parallelism=args.parallelism)
+    _progress(f"demo corpus and spec written under {Path(args.output).resolve()}")
+    return _run(spec)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from pipeline.inspect_shards import Decoder, iter_samples, split_documents, verify_shards
+    from pipeline.shard_format import Manifest
+
+    out = Path(args.output)
+    try:
+        manifest = Manifest.load(out)
+    except (OSError, ValueError) as exc:
+        return _err(f"{out}: no readable manifest.json ({exc})")
+    print(f"shard set   {out}")
+    print(f"samples     {manifest.total_samples} in {len(manifest.shards)} shard(s) of {manifest.samples_per_shard}")
+    print(f"tokens      {manifest.total_tokens} (seq_len {manifest.seq_len}, dtype {manifest.dtype}, "
+          f"vocab {manifest.vocab_size})")
+    print(f"fill        {manifest.total_tokens / max(1, manifest.total_samples * manifest.seq_len):.2%}")
+    print(f"bos/eos/pad {manifest.bos_id}/{manifest.eos_id}/{manifest.pad_id}   loss mask: {manifest.has_loss_mask}")
+    print(f"spec        {manifest.spec_hash[:16]}   tokenizer {manifest.tokenizer_hash[:16]}")
+    bad = 0
+    if not args.no_verify:
+        for check in verify_shards(out, manifest):
+            if not check.ok:
+                bad += 1
+                print(f"BAD {check.name}: {check.problem}")
+        print(f"checksums   {len(manifest.shards) - bad}/{len(manifest.shards)} OK")
+    if args.decode:
+        decoder = Decoder(out, manifest)
+        for n, sample in enumerate(iter_samples(out, manifest)):
+            if n >= args.decode:
+                break
+            print(f"--- sample {sample.key}: {len(sample.input_ids)} tokens, {len(sample.doc_lens)} document(s)")
+            for doc_id, ids in zip(sample.meta.get("doc_ids", []), split_documents(sample), strict=False):
+                text = decoder.decode(ids)
+                shown = text if args.full or len(text) <= 300 else text[:300] + f"... [{len(text)} chars]"
+                print(f"[{doc_id}] {shown}")
+    if args.json:
+        print(json.dumps({"samples": manifest.total_samples, "tokens": manifest.total_tokens, "bad_shards": bad}))
+    return 1 if bad else 0
+
+
+def cmd_delegate(module: str, argv: list[str]) -> int:
+    import importlib
+
+    return importlib.import_module(module).main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tokenmill", description="Curate, tokenize and pack corpora into shards.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a job spec (YAML or JSON)")
+    r.add_argument("spec")
+    r.add_argument("--parallelism", type=int, help="workers per stage (overrides the spec)")
+    r.add_argument("--address", help="Ray address of an existing cluster (overrides the spec)")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing shard set")
+    r.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="build a demo corpus from this machine's Python packages and run it")
+    d.add_argument("--output", default="demo_out")
+    d.add_argument("--max-bytes", type=int, default=20_000_000)
+    d.add_argument("--parallelism", type=int)
+    d.set_defaults(func=cmd_demo)
+
+    i = sub.add_parser("inspect", help="summarize a shard set, verify checksums, decode samples")
+    i.add_argument("output")
+    i.add_argument("--decode", type=int, default=0, metavar="N", help="decode the first N samples to text")
+    i.add_argument("--full", action="store_true", help="print decoded documents whole")
+    i.add_argument("--no-verify", action="store_true")
+    i.add_argument("--json", action="store_true", help="end with one JSON line")
+    i.set_defaults(func=cmd_inspect)
+
+    sub.add_parser("plan", help="compute-optimal sizes, memory and cost (see `tokenmill plan -h`)", add_help=False)
+    sub.add_parser("train", help="train on a shard set (see `tokenmill train -h`)", add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("plan", "train"):
+        return cmd_delegate(f"training.{argv[0]}", argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Shared fixtures. Tests that need Ray use ``ray_local``: one real local node for the session.
+
+The whole suite runs inside a private network namespace (scripts/netns.sh), where Ray binds loopback.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    import ray
+
+    from pipeline.ray_env import configure_data_context, init_ray
+
+    if ray.is_initialized():
+        configure_data_context()
+        yield ray
+        return
+    init_ray(num_cpus=int(os.environ.get("TOKENMILL_TEST_CPUS", "2")))
+    yield ray
+    ray.shutdown()

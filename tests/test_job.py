@@ -1,0 +1,162 @@
+"""End to end on a real local Ray: determinism, round trip, bad input, inspect."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import unicodedata
+import zlib
+from pathlib import Path
+
+import pytest
+
+from pipeline.inspect_shards import decode_documents, verify_shards
+from pipeline.runner import JobError, run_job
+from pipeline.shard_format import Manifest
+from pipeline.spec import parse_spec
+from tests.corpus_fixtures import clean_corpus, make_text, write_jsonl
+
+pytestmark = pytest.mark.ray
+
+
+def _spec(inputs: str, out: Path, **over):
+    spec = {
+        "name": "t",
+        "inputs": [{"path": inputs}],
+        "stages": [{"type": "normalize"}],
+        "tokenizer": {"train": {"vocab_size": 400, "sample_docs": 500}},
+        "packing": {"seq_len": 128},
+        "output": {"path": str(out), "samples_per_shard": 16},
+        "execution": {"batch_size": 32},
+    }
+    spec.update(over)
+    return parse_spec(spec)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    return folder, clean_corpus(folder, 300)
+
+
+@pytest.fixture(scope="module")
+def first_run(ray_local, corpus, tmp_path_factory):
+    folder, _ = corpus
+    out = tmp_path_factory.mktemp("run1")
+    return run_job(_spec(str(folder), out, execution={"batch_size": 32, "parallelism": 1}))
+
+
+def test_shards_follow_the_contract(first_run):
+    m = Manifest.load(first_run.output_dir)
+    assert m.dtype == "uint16" and m.seq_len == 128 and m.eos_id is not None and m.bos_id is None
+    assert all(s.samples == 16 for s in m.shards[:-1]) and m.shards[-1].samples <= 16
+    assert [s.partial for s in m.shards] == [False] * (len(m.shards) - 1) + [m.shards[-1].samples < 16]
+    assert all(c.ok for c in verify_shards(first_run.output_dir))
+    assert (first_run.output_dir / "tokenizer.json").exists()
+    stats = json.loads((first_run.output_dir / "stats.json").read_text())
+    assert [s["stage"] for s in stats["stages"]] == ["00-read", "01-normalize", "90-tokenize"]
+    assert stats["stages"][0]["docs_out"] == 300
+
+
+def test_round_trip_every_document(first_run, corpus):
+    _, docs = corpus
+    back = decode_documents(first_run.output_dir)
+    assert len(back) == len(docs)
+    texts = sorted(back.values())
+    assert texts == sorted(unicodedata.normalize("NFC", d["text"]).strip() for d in docs)
+
+
+def test_parallelism_and_reruns_give_identical_shards(first_run, corpus, tmp_path):
+    folder, _ = corpus
+    again = run_job(_spec(str(folder), tmp_path / "p1", execution={"batch_size": 32, "parallelism": 1}))
+    par2 = run_job(_spec(str(folder), tmp_path / "p2", execution={"batch_size": 7, "parallelism": 2}))
+    ref = [s.sha256 for s in first_run.manifest.shards]
+    assert [s.sha256 for s in again.manifest.shards] == ref
+    assert [s.sha256 for s in par2.manifest.shards] == ref
+    assert again.manifest.to_json() == first_run.manifest.to_json()
+
+
+def test_existing_output_is_refused(first_run, corpus):
+    folder, _ = corpus
+    with pytest.raises(JobError, match="output.path"):
+        run_job(_spec(str(folder), first_run.output_dir))
+
+
+def test_bad_input_is_counted_and_every_valid_document_kept(ray_local, tmp_path):
+    import random
+
+    rng = random.Random(7)
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    good = [{"id": f"g{i}", "text": make_text(rng, 40)} for i in range(20)]
+    big = {"id": "big", "text": make_text(rng, 900_000)[: 5 * 1024 * 1024]}
+    lines = [json.dumps(d).encode() for d in good[:10]]
+    lines += [b'{"id": "broken", "text": "no end', b"\xff\xfe not utf8 \xc3\x28", b'{"id": "e", "text": "   "}',
+              b'{"id": "nt"}', b"[1, 2]", json.dumps(big).encode()]
+    (folder / "mixed.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    full = gzip.compress("".join(json.dumps(d) + "\n" for d in good[10:]).encode(), mtime=0)
+    # a truncated .gz: the first documents are readable, then the stream ends early
+    cut = full[: int(len(full) * 0.7)]
+    (folder / "cut.jsonl.gz").write_bytes(cut)
+    salvageable = zlib.decompressobj(31).decompress(cut).count(b"\n")  # complete lines before the cut
+    assert 0 < salvageable < 10
+    result = run_job(_spec(str(folder), tmp_path / "out", packing={"seq_len": 1024}))
+    read = result.stats["stages"][0]
+    assert read["dropped"]["bad_json"] == 1
+    assert read["dropped"]["invalid_utf8"] == 1
+    assert read["dropped"]["empty_text"] == 1
+    assert read["dropped"]["missing_text"] == 1
+    assert read["dropped"]["not_an_object"] == 1
+    assert read["dropped"]["truncated_file"] == 1
+    readable = read["docs_out"]
+    assert readable == 10 + 1 + salvageable  # good lines + the 5 MB document + what precedes the cut
+    back = decode_documents(result.output_dir)
+    assert len(back) == readable
+    assert big["text"].strip() in back.values()
+    rejected = list((result.output_dir / "rejected").rglob("*.jsonl"))
+    reasons = [json.loads(line)["reason"] for f in rejected for line in f.read_text().splitlines()]
+    assert sorted(reasons) == sorted(
+        ["bad_json", "invalid_utf8", "empty_text", "missing_text", "not_an_object", "truncated_file"]
+    )
+
+
+def test_inspect_cli_verifies_and_decodes(first_run, tmp_path):
+    cmd = [sys.executable, "-m", "service.cli", "inspect", str(first_run.output_dir), "--decode", "1", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "checksums" in proc.stdout and "OK" in proc.stdout and "--- sample 0000000000" in proc.stdout
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["samples"] == first_run.manifest.total_samples
+    # a corrupted copy is caught by its checksum
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(first_run.output_dir, bad)
+    shard = bad / first_run.manifest.shards[0].name
+    data = bytearray(shard.read_bytes())
+    data[600] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    proc = subprocess.run([sys.executable, "-m", "service.cli", "inspect", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "BAD shards/shard-000000.tar" in proc.stdout
+
+
+def test_instruction_records_get_a_loss_mask(ray_local, tmp_path):
+    recs = [{"instruction": f"Add {i} and {i}.", "input": "", "output": f"The sum is {2 * i}."} for i in range(40)]
+    write_jsonl(tmp_path / "sft" / "i.jsonl", recs)
+    result = run_job(
+        _spec(str(tmp_path / "sft"), tmp_path / "out", inputs=[{"path": str(tmp_path / "sft"), "format": "instruction"}])
+    )
+    assert result.manifest.has_loss_mask
+    from pipeline.inspect_shards import Decoder, iter_samples, split_documents
+
+    dec = Decoder(result.output_dir)
+    sample = next(iter_samples(result.output_dir))
+    start = 0
+    for ids in split_documents(sample):
+        mask = sample.loss_mask[start : start + len(ids)]
+        start += len(ids)
+        prompt = dec.decode(ids[mask == 0])
+        answer = dec.decode(ids[mask == 1])
+        assert prompt.startswith("### Instruction:\nAdd ") and prompt.endswith("### Response:\n")
+        assert answer.startswith("The sum is ")

@@ -1,0 +1,95 @@
+"""An invalid spec is refused before any work, naming the field path; the CLI exits 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pipeline.spec import SpecError, load_spec, parse_spec
+
+
+def _spec(tmp_path, **over):
+    (tmp_path / "in.jsonl").write_text('{"text": "hello"}\n')
+    spec = {
+        "name": "t",
+        "inputs": [{"path": str(tmp_path / "in.jsonl")}],
+        "stages": [{"type": "normalize"}],
+        "packing": {"seq_len": 64},
+        "output": {"path": str(tmp_path / "out")},
+    }
+    spec.update(over)
+    return spec
+
+
+def test_valid_spec_loads_from_yaml_and_json(tmp_path):
+    data = _spec(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "s.json").write_text(__import__("json").dumps(data))
+    a, b = load_spec(tmp_path / "s.yaml"), load_spec(tmp_path / "s.json")
+    assert a == b and a.packing.seq_len == 64
+    assert a.content_hash() == b.content_hash()
+
+
+def test_hash_ignores_execution_and_output_place(tmp_path):
+    a = parse_spec(_spec(tmp_path))
+    b = parse_spec(_spec(tmp_path, execution={"parallelism": 2}, output={"path": str(tmp_path / "o2")}))
+    c = parse_spec(_spec(tmp_path, packing={"seq_len": 65}))
+    assert a.content_hash() == b.content_hash() != c.content_hash()
+
+
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"stages": [{"type": "normalize"}, {"type": "no_such_stage"}]}, "stages.1.type"),
+        ({"packing": {"seq_len": -5}}, "packing.seq_len"),
+        ({"inputs": [{"path": "/nonexistent/*.jsonl"}]}, "inputs.0.path"),
+        ({"stages": [{"type": "length", "params": {"min_chars": "many"}}]}, "stages.0.params.min_chars"),
+        ({"stages": [{"type": "length", "params": {"bogus": 1}}]}, "stages.0.params.bogus"),
+        ({"name": ""}, "name"),
+        ({"output": {}}, "output.path"),
+    ],
+)
+def test_invalid_spec_names_the_field(tmp_path, over, field):
+    with pytest.raises(SpecError) as err:
+        parse_spec(_spec(tmp_path, **over))
+    assert str(err.value).startswith(field + ":"), str(err.value)
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_missing_inputs_field(tmp_path):
+    data = _spec(tmp_path)
+    del data["inputs"]
+    with pytest.raises(SpecError, match=r"^inputs: Field required"):
+        parse_spec(data)
+
+
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"stages": [{"type": "no_such_stage"}]}, "stages.0.type"),
+        ({"packing": {"seq_len": -1}}, "packing.seq_len"),
+        ({"inputs": [{"path": "missing/*.jsonl"}]}, "inputs.0.path"),
+    ],
+)
+def test_cli_refuses_invalid_spec_with_exit_2(tmp_path, over, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(_spec(tmp_path, **over)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "service.cli", "run", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), proc.stderr
+
+
+def test_cli_reports_unreadable_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: [unclosed\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "service.cli", "run", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and "not valid YAML" in proc.stderr and "Traceback" not in proc.stderr
