@@ -48,7 +48,8 @@ def main() -> None:
     for L in args.seq_len:
         for method in ("best_fit", "concat"):
             _, st = pack_all(encoded, method, L)
-            print(f"{L:>8} {method:<9}{st.sequences:>10}{st.utilization:>13.4%}{st.docs_cut:>10}{st.cut_fraction:>8.2%}")
+            print(f"{L:>8} {method:<9}{st.sequences:>10}{st.utilization:>13.4%}{st.docs_cut:>10}"
+                  f"{st.cut_fraction:>8.2%}")
             figures[f"{method}_{L}"] = {"utilization": round(st.utilization, 5), "docs_cut": st.docs_cut}
     L = args.seq_len[0]
     print(json.dumps({"bench": "packing", "seq_len": L, "best_fit_utilization": figures[f"best_fit_{L}"]["utilization"],

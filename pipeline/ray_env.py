@@ -62,3 +62,5 @@ def configure_data_context() -> None:
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     ctx.verbose_stats_logs = False
+    # Ray Data reports every finished dataset at INFO; the CLI prints its own progress lines
+    logging.getLogger("ray.data").setLevel(logging.WARNING)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.data import ActorPoolStrategy
 
 from pipeline.packing import make_packer
 from pipeline.ray_env import init_ray
@@ -86,7 +87,7 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
     )
     ds = ds.map_batches(
         ReadFiles, fn_constructor_args=(recorder("00-read"),), batch_size=1, batch_format="pyarrow",
-        concurrency=min(par, max(1, len(files))),
+        compute=ActorPoolStrategy(size=min(par, max(1, len(files)))),
     )
     for i, stage_spec in enumerate(spec.stages, start=1):
         cls = STAGES[stage_spec.type]
@@ -100,8 +101,8 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
         else:
             ds = ds.map_batches(
                 BatchStageRunner, fn_constructor_args=(cls, params.model_dump_json(), ctx, recorder(key)),
-                batch_size=spec.execution.batch_size, batch_format="pyarrow", concurrency=par,
-                **_ray_resources(cls.resources),
+                batch_size=spec.execution.batch_size, batch_format="pyarrow",
+                compute=ActorPoolStrategy(size=par), **_ray_resources(cls.resources),
             )
     say("running curation stages")
     t0 = time.perf_counter()
@@ -118,7 +119,7 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
 
     tokens = ds.map_batches(
         TokenizeBatch, fn_constructor_args=(tok_json, info, recorder("90-tokenize")),
-        batch_size=spec.execution.batch_size, batch_format="pyarrow", concurrency=par,
+        batch_size=spec.execution.batch_size, batch_format="pyarrow", compute=ActorPoolStrategy(size=par),
     )
     dtype = token_dtype(info.vocab_size)
     packer = make_packer(spec.packing.method, spec.packing.seq_len, spec.packing.max_open)
@@ -175,7 +176,6 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
     }
     atomic_write_bytes(out / STATS, (json.dumps(stats, indent=2) + "\n").encode())
     write_manifest(out, manifest)
-    ray.kill(stats_actor)
     return JobResult(out, manifest, stats)
 
 

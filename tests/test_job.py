@@ -21,10 +21,10 @@ from tests.corpus_fixtures import clean_corpus, make_text, write_jsonl
 pytestmark = pytest.mark.ray
 
 
-def _spec(inputs: str, out: Path, **over):
+def _spec(source: str, out: Path, **over):
     spec = {
         "name": "t",
-        "inputs": [{"path": inputs}],
+        "inputs": [{"path": source}],
         "stages": [{"type": "normalize"}],
         "tokenizer": {"train": {"vocab_size": 400, "sample_docs": 500}},
         "packing": {"seq_len": 128},
@@ -144,9 +144,8 @@ def test_inspect_cli_verifies_and_decodes(first_run, tmp_path):
 def test_instruction_records_get_a_loss_mask(ray_local, tmp_path):
     recs = [{"instruction": f"Add {i} and {i}.", "input": "", "output": f"The sum is {2 * i}."} for i in range(40)]
     write_jsonl(tmp_path / "sft" / "i.jsonl", recs)
-    result = run_job(
-        _spec(str(tmp_path / "sft"), tmp_path / "out", inputs=[{"path": str(tmp_path / "sft"), "format": "instruction"}])
-    )
+    inputs = [{"path": str(tmp_path / "sft"), "format": "instruction"}]
+    result = run_job(_spec(str(tmp_path / "sft"), tmp_path / "out", inputs=inputs))
     assert result.manifest.has_loss_mask
     from pipeline.inspect_shards import Decoder, iter_samples, split_documents
 

@@ -1,0 +1,55 @@
+"""The README's first command, at a smaller size: `tokenmill demo` builds its corpus, runs, summarizes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tokenizers import Tokenizer
+
+from pipeline.packing import pack_all
+from pipeline.shard_format import Manifest
+from pipeline.spec import TokenizerSpec
+from pipeline.tokenize import DocEncoder, TokenizerInfo
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "service.cli", "demo", "--output", str(out), "--max-bytes", "3000000"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+def test_demo_prints_the_summary(demo):
+    out, stdout = demo
+    for needle in ("00-read", "01-normalize", "packing     best_fit", "utilization", "tokens in", "shard(s)",
+                   "docs/s end to end", "written to"):
+        assert needle in stdout, needle
+    m = Manifest.load(out / "output")
+    assert m.total_tokens > 100_000 and len(m.shards) >= 2
+    stats = json.loads((out / "output" / "stats.json").read_text())
+    assert stats["stages"][0]["docs_out"] > 500
+
+
+def test_best_fit_beats_concat_on_the_demo_corpus(demo):
+    from bench.common import read_texts
+
+    out, _ = demo
+    texts = read_texts(sorted((out / "corpus").glob("*.jsonl.gz")))
+    tok = Tokenizer.from_file(str(out / "output" / "tokenizer.json"))
+    enc = DocEncoder(tok, TokenizerInfo.resolve(tok, TokenizerSpec()))
+    docs = [(str(i), ids, None) for i, (ids, _) in enumerate(enc.encode(texts, [""] * len(texts)))]
+    _, best = pack_all(docs, "best_fit", 1024)
+    _, concat = pack_all(docs, "concat", 1024)
+    assert best.utilization >= 0.99, best.as_dict()
+    assert best.docs_cut < concat.docs_cut, (best.as_dict(), concat.as_dict())
