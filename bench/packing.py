@@ -6,13 +6,15 @@ tokenizer on it, tokenizes every document once and packs the same token streams 
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import tempfile
+import sys  # noqa: I001
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# the repo root instead of bench/ on sys.path: bench/tokenize.py would shadow the stdlib's tokenize
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import argparse
+import json
+import tempfile
 
 from bench.common import read_texts  # noqa: E402
 from pipeline.packing import pack_all  # noqa: E402

@@ -7,12 +7,11 @@ same texts with the same tokenizer. Ratio = pipeline tokens/s / peer tokens/s (g
 
 from __future__ import annotations
 
-import sys  # noqa: I001  (first: this file is named like the stdlib `tokenize`, keep it off sys.path)
+import sys  # noqa: I001
 from pathlib import Path
 
-_BENCH = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
-sys.path.insert(0, str(_BENCH.parent))
+# the repo root instead of bench/ on sys.path: bench/tokenize.py would shadow the stdlib's tokenize
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
 import json

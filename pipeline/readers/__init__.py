@@ -1,0 +1,50 @@
+"""Input readers: turn the files a job names into documents, and malformed records into drops.
+
+Each format has its own small module; :func:`read_file` picks one and guarantees that a bad file
+never raises: what cannot be read becomes a :class:`~pipeline.stages.base.Drop` with a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pipeline.readers.docs import RECORD_BITS, drop, error_text
+from pipeline.readers.jsonl import read_jsonl
+from pipeline.readers.parquet import read_parquet
+from pipeline.readers.paths import detect_format, expand_inputs
+from pipeline.readers.sft import read_sft
+from pipeline.readers.text import read_text
+from pipeline.readers.warc import read_warc
+from pipeline.spec import InputSpec
+from pipeline.stages.base import Doc, Drop
+
+__all__ = ["detect_format", "expand_inputs", "read_file"]
+
+RECORD_MASK = (1 << RECORD_BITS) - 1
+
+
+def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Drop]:
+    """Documents of one file, in file order; an I/O error ends the file with one ``unreadable_file``."""
+    fmt = detect_format(path, spec.format)
+    next_index = 0
+    try:
+        for item in _reader(file_index, path, spec, fmt):
+            doc = item.doc if isinstance(item, Drop) else item
+            next_index = (doc["ord"] & RECORD_MASK) + 1
+            yield item
+    except OSError as exc:
+        yield drop(path, file_index, next_index, "unreadable_file", error=error_text(exc))
+
+
+def _reader(file_index: int, path: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
+    if fmt == "jsonl":
+        return read_jsonl(file_index, path, spec)
+    if fmt in ("instruction", "chat"):
+        return read_sft(file_index, path, spec, fmt)
+    if fmt == "parquet":
+        return read_parquet(file_index, path, spec)
+    if fmt == "warc":
+        return read_warc(file_index, path)
+    if fmt == "text":
+        return read_text(file_index, path)
+    raise ValueError(f"unknown input format {fmt!r}")

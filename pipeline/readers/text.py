@@ -1,0 +1,31 @@
+"""Plain text files: each file is one document and must be valid UTF-8 (gzip/zstd are decompressed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
+from pipeline.readers.docs import default_id, drop, error_text, make_doc, make_ord
+from pipeline.stages.base import Doc, Drop
+
+BOM = "\ufeff"
+
+
+def read_text(file_index: int, path: str) -> Iterator[Doc | Drop]:
+    try:
+        with open_binary(path) as fh:
+            data = fh.read()
+            check_complete(fh)
+    except TruncatedInput as exc:
+        yield drop(path, file_index, 0, "truncated_file", error=str(exc))
+        return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        yield drop(path, file_index, 0, "invalid_utf8", data, error=error_text(exc))
+        return
+    text = text.removeprefix(BOM)
+    if not text.strip():
+        yield drop(path, file_index, 0, "empty_text", data)
+        return
+    yield make_doc(default_id(path, 0), text, path, make_ord(file_index, 0))
