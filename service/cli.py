@@ -98,6 +98,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 text = decoder.decode(ids)
                 shown = text if args.full or len(text) <= 300 else text[:300] + f"... [{len(text)} chars]"
                 print(f"[{doc_id}] {shown}")
+    if args.export_docs:
+        from pipeline.inspect_shards import decode_documents
+
+        docs = decode_documents(out)
+        with open(args.export_docs, "w", encoding="utf-8") as f:
+            for ord_, text in sorted(docs.items()):
+                f.write(json.dumps({"ord": ord_, "text": text}, ensure_ascii=False) + "\n")
+        print(f"documents   {len(docs)} re-assembled and decoded to {args.export_docs}")
     if args.json:
         print(json.dumps({"samples": manifest.total_samples, "tokens": manifest.total_tokens, "bad_shards": bad}))
     return 1 if bad else 0
@@ -131,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--decode", type=int, default=0, metavar="N", help="decode the first N samples to text")
     i.add_argument("--full", action="store_true", help="print decoded documents whole")
     i.add_argument("--no-verify", action="store_true")
+    i.add_argument("--export-docs", metavar="FILE", help="write every document, re-assembled and decoded, as JSONL")
     i.add_argument("--json", action="store_true", help="end with one JSON line")
     i.set_defaults(func=cmd_inspect)
 

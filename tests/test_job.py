@@ -60,12 +60,17 @@ def test_shards_follow_the_contract(first_run):
     assert stats["stages"][0]["docs_out"] == 300
 
 
-def test_round_trip_every_document(first_run, corpus):
+def test_round_trip_every_document(first_run, corpus, tmp_path):
+    """`tokenmill inspect --export-docs` gives back exactly the (normalized) text of every document."""
     _, docs = corpus
-    back = decode_documents(first_run.output_dir)
+    export = tmp_path / "docs.jsonl"
+    cmd = [sys.executable, "-m", "service.cli", "inspect", str(first_run.output_dir), "--export-docs", str(export)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    back = [json.loads(line) for line in export.read_text().splitlines()]
     assert len(back) == len(docs)
-    texts = sorted(back.values())
-    assert texts == sorted(unicodedata.normalize("NFC", d["text"]).strip() for d in docs)
+    assert [b["text"] for b in back] == [unicodedata.normalize("NFC", d["text"]).strip() for d in docs]
+    assert {b["ord"]: b["text"] for b in back} == decode_documents(first_run.output_dir)
 
 
 def test_parallelism_and_reruns_give_identical_shards(first_run, corpus, tmp_path):
