@@ -1,0 +1,1 @@
+"""Hot kernels with a portable fallback (MinHash signatures, attention); imports no other package."""

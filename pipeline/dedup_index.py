@@ -1,0 +1,122 @@
+"""What a dedup stage leaves for later jobs: an index of the documents it kept, as Parquet.
+
+Layout under ``{output_dir}/index/{stage}/``: ``meta.json`` (written last: a folder without it is
+not an index) and one or more tables, each split into ``part-NNNNN.parquet`` files by a hash
+partition of its key column, so that a later job's reducer ``j`` reads only partition ``j``.
+A refresh (``dedup_against``) reads these files and never touches the earlier corpus itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+from pipeline.dedup_graph import partition_of
+
+INDEX_VERSION = 1
+
+
+class DedupIndexError(ValueError):
+    """An earlier output cannot be deduplicated against: missing, or built with other parameters."""
+
+
+def index_dir(output_dir: str, stage: str) -> Path:
+    return Path(output_dir) / "index" / stage
+
+
+def write_table_atomic(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+@ray.remote(num_cpus=0.5)
+def write_part(folder: str, table_name: str, part: int, schema: pa.Schema, *pieces: pa.Table) -> int:
+    """Write partition ``part`` of one index table from the pieces every task produced for it."""
+    tables = [p for p in pieces if p.num_rows]
+    table = pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+    write_table_atomic(table, Path(folder) / table_name / f"part-{part:05d}.parquet")
+    return table.num_rows
+
+
+def write_meta(folder: Path, stage: str, partitions: int, params: dict[str, Any], rows: dict[str, int]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"version": INDEX_VERSION, "stage": stage, "partitions": partitions, "params": params,
+            "rows": rows}
+    tmp = folder / f".meta.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    os.replace(tmp, folder / "meta.json")
+
+
+@dataclass(frozen=True)
+class IndexSource:
+    """One earlier output's index for a stage (picklable: travels into Ray tasks)."""
+
+    folder: str
+    partitions: int
+    params: dict[str, Any]
+
+    def read_partition(self, table_name: str, part: int, parts: int, key: str) -> pa.Table:
+        """Rows of ``table_name`` whose ``key`` falls in partition ``part`` of ``parts``.
+
+        Reads one file when the earlier job used the same partition count, else filters all files.
+        """
+        base = Path(self.folder) / table_name
+        if parts == self.partitions:
+            return pq.read_table(base / f"part-{part:05d}.parquet")
+        tables = []
+        for j in range(self.partitions):
+            t = pq.read_table(base / f"part-{j:05d}.parquet")
+            if t.num_rows:
+                col = t.column(key).to_numpy()
+                tables.append(t.filter(pa.array(partition_of(col, parts) == part)))
+        return pa.concat_tables(tables) if tables else pq.read_table(base / "part-00000.parquet").slice(0, 0)
+
+    def lookup(self, table_name: str, key: str, values: np.ndarray, columns: list[str]) -> pa.Table:
+        """Rows whose ``key`` is in ``values``, reading only the partitions those values live in."""
+        base = Path(self.folder) / table_name
+        parts = partition_of(values, self.partitions)
+        tables = [pq.read_table(base / "part-00000.parquet", columns=[key, *columns]).slice(0, 0)]
+        for j in np.unique(parts):
+            t = pq.read_table(base / f"part-{int(j):05d}.parquet", columns=[key, *columns])
+            want = values[parts == j]
+            tables.append(t.filter(pa.array(np.isin(t.column(key).to_numpy(), want))))
+        return pa.concat_tables(tables)
+
+
+def open_sources(paths: str | list[str] | None, stage: str, params: dict[str, Any]) -> list[IndexSource]:
+    """The indexes of ``stage`` under each earlier output dir, checked against this job's params."""
+    if not paths:
+        return []
+    out = []
+    for p in [paths] if isinstance(paths, str) else paths:
+        folder = index_dir(p, stage)
+        meta_path = folder / "meta.json"
+        if not meta_path.is_file():
+            raise DedupIndexError(
+                f"dedup_against: {p!r} has no {stage} index ({meta_path} is missing); "
+                f"was it written by a tokenmill job that ran the {stage!r} stage?"
+            )
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DedupIndexError(f"dedup_against: cannot read {meta_path}: {exc}") from None
+        if meta.get("version") != INDEX_VERSION or meta.get("stage") != stage:
+            raise DedupIndexError(f"dedup_against: {meta_path} is not a version-{INDEX_VERSION} {stage} index")
+        theirs = meta.get("params", {})
+        diff = {k: (theirs.get(k), v) for k, v in params.items() if theirs.get(k) != v}
+        if diff:
+            detail = ", ".join(f"{k}: index has {a!r}, this job {b!r}" for k, (a, b) in sorted(diff.items()))
+            raise DedupIndexError(f"dedup_against: {p!r} was indexed with other {stage} parameters ({detail})")
+        out.append(IndexSource(str(folder), int(meta["partitions"]), theirs))
+    return out
