@@ -80,7 +80,8 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
         return StageRecorder(key, stats_actor, rejected_dir)
 
     files = expand_inputs(spec.inputs)
-    say(f"reading {len(files)} input file(s) with {par} worker(s)")
+    say(f"reading {len(files)} input file(s) and running {len(spec.stages)} stage(s) with {par} worker(s)")
+    t0 = time.perf_counter()
     ds = ray.data.from_items(
         [{"file_index": i, "path": p, "input": inp.model_dump_json()} for i, inp, p in files],
         override_num_blocks=max(1, len(files)),
@@ -104,8 +105,6 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
                 batch_size=spec.execution.batch_size, batch_format="pyarrow",
                 compute=ActorPoolStrategy(size=par), **_ray_resources(cls.resources),
             )
-    say("running curation stages")
-    t0 = time.perf_counter()
     ds = ds.materialize()
     curated_docs = ds.count()
     curation_s = time.perf_counter() - t0
