@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	# DeepSpeed's sdist imports torch while it builds: without isolation it uses the CPU torch above
+	# instead of pulling a multi-GB CUDA build (the ZeRO test skips, with its reason, if this fails)
+	-$(PY) -m pip install $(PIP_FLAGS) --no-build-isolation 'deepspeed>=0.15'
 	touch $(VENV)/.installed $@
 
 setup: $(VENV)/.installed

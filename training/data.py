@@ -1,0 +1,439 @@
+"""Stream a tokenmill shard set into training batches: same count on every rank, exact mid-epoch resume.
+
+Where training runs hang or repeat data is the loader: ranks that run out of samples at different
+steps, workers that read the same samples, resumes that restart the epoch. This loader avoids all
+three by planning each epoch up front from the manifest alone:
+
+1. the shards are put in an order drawn from ``(seed, epoch)``; their samples, in that order, form
+   the epoch's sequence of ``N`` samples;
+2. each rank gets a contiguous slice of ``N // world`` samples (``remainder="drop"``) or
+   ``ceil(N / world)`` samples wrapping round to the start (``"wrap"``), cut into whole batches,
+   so every rank runs exactly the same number of steps;
+3. each DataLoader worker gets a contiguous block of the rank's batches (it reads only the shards
+   under its block), and the DataLoader's round-robin over workers fixes the batch order;
+4. within a worker, samples are shuffled inside windows of ``shuffle_window`` samples, each window
+   permuted by its own seeded generator, so any position can be re-created without replaying.
+
+The state is just ``(epoch, batches consumed)``; resuming rebuilds the plan and each worker skips to
+its position. Every shard is verified against the manifest's sha256 before a sample is used, and
+only ``.npy`` / ``.json`` members are ever decoded (``pipeline.shard_format``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from pipeline.shard_format import MANIFEST, Manifest, Sample, ShardInfo, sha256_bytes
+from training.shard_reader import read_shard_samples
+
+IGNORE_INDEX = -100
+
+
+class LoaderError(RuntimeError):
+    """The shard set cannot be read as planned; the message names the shard (or setting) and why."""
+
+
+# ----------------------------------------------------------------------------------------- sources
+
+
+def _is_url(location: str) -> bool:
+    return location.startswith(("http://", "https://"))
+
+
+class ShardSource:
+    """Reads the manifest and shard bytes from a local directory or an HTTP(S) base URL."""
+
+    def __init__(self, location: str, headers: dict[str, str] | None = None, timeout: float = 60.0,
+                 retries: int = 3) -> None:
+        self.location = str(location).rstrip("/") if _is_url(str(location)) else str(location)
+        self.headers = dict(headers or {})
+        self.timeout = timeout
+        self.retries = retries
+
+    @property
+    def is_http(self) -> bool:
+        return _is_url(self.location)
+
+    def describe(self, relpath: str) -> str:
+        return f"{self.location}/{relpath}" if self.is_http else str(Path(self.location) / relpath)
+
+    def read(self, relpath: str) -> bytes:
+        if not self.is_http:
+            try:
+                return (Path(self.location) / relpath).read_bytes()
+            except OSError as exc:
+                where = self.describe(relpath)
+                raise LoaderError(f"{relpath}: cannot read {where}: {exc.strerror}") from None
+        return self._http_get(relpath)
+
+    def _http_get(self, relpath: str) -> bytes:
+        url = self.describe(relpath)
+        last = ""
+        for attempt in range(self.retries + 1):
+            try:
+                req = urllib.request.Request(url, headers=self.headers)
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return resp.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500:  # 404, 401...: retrying will not help
+                    raise LoaderError(f"{relpath}: HTTP {exc.code} {exc.reason} from {url}") from None
+                last = f"HTTP {exc.code} {exc.reason}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                last = str(getattr(exc, "reason", exc))
+            if attempt < self.retries:
+                time.sleep(min(0.5 * 2**attempt, 5.0))
+        raise LoaderError(f"{relpath}: cannot fetch {url} after {self.retries + 1} tries: {last}")
+
+    def manifest(self) -> Manifest:
+        text = self.read(MANIFEST)
+        try:
+            return Manifest.from_json(text.decode())
+        except (ValueError, TypeError, KeyError) as exc:
+            where = self.describe(MANIFEST)
+            raise LoaderError(f"{MANIFEST}: not a tokenmill manifest ({where}): {exc}") from None
+
+
+def decode_shard(info: ShardInfo, data: bytes) -> list[Sample]:
+    """Verify a shard's bytes against the manifest, then decode its samples (npy/json only)."""
+    if info.bytes and len(data) != info.bytes:
+        raise LoaderError(f"shard {info.name}: {len(data)} bytes but the manifest says {info.bytes} "
+                          "(truncated or replaced)")
+    digest = sha256_bytes(data)
+    if digest != info.sha256:
+        raise LoaderError(f"shard {info.name}: sha256 mismatch (manifest {info.sha256[:16]}..., "
+                          f"got {digest[:16]}...): the shard is corrupted or was replaced")
+    try:
+        samples = read_shard_samples(data)
+    except (tarfile.TarError, ValueError, KeyError, EOFError, UnicodeDecodeError) as exc:
+        raise LoaderError(f"shard {info.name}: cannot decode: {exc}") from None
+    if len(samples) != info.samples:
+        raise LoaderError(f"shard {info.name}: {len(samples)} samples but the manifest says {info.samples}")
+    return samples
+
+
+def manifest_fingerprint(manifest: Manifest) -> str:
+    return hashlib.sha256(manifest.to_json().encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    batch_size: int
+    seed: int = 0
+    shuffle: bool = True
+    shuffle_window: int = 4096
+    remainder: Literal["drop", "wrap"] = "drop"
+    num_workers: int = 2
+
+
+class EpochPlan:
+    """Which samples each (rank, worker) reads in one epoch, from the manifest alone."""
+
+    def __init__(self, manifest: Manifest, cfg: LoaderConfig, epoch: int, rank: int, world: int) -> None:
+        if not 0 <= rank < world:
+            raise LoaderError(f"rank {rank} outside world size {world}")
+        self.manifest, self.cfg, self.epoch, self.rank, self.world = manifest, cfg, epoch, rank, world
+        counts = np.array([s.samples for s in manifest.shards], dtype=np.int64)
+        self.order = (np.random.default_rng([cfg.seed, epoch]).permutation(len(counts))
+                      if cfg.shuffle else np.arange(len(counts)))
+        ordered = counts[self.order]
+        self.starts = np.concatenate([[0], np.cumsum(ordered)])
+        self.total = int(self.starts[-1])
+        per_rank = self.total // world if cfg.remainder == "drop" else -(-self.total // world)
+        self.batches = per_rank // cfg.batch_size
+        if self.batches == 0:
+            raise LoaderError(f"the shard set has {self.total} samples: too few for {world} rank(s) x "
+                              f"batch size {cfg.batch_size}")
+        self.rank_start = rank * per_rank
+        self.workers = max(1, cfg.num_workers)
+
+    def worker_batches(self, worker: int) -> tuple[int, int]:
+        """(first batch, number of batches) of the contiguous block a worker produces."""
+        q, r = divmod(self.batches, self.workers)
+        count = q + (worker < r)
+        return worker * q + min(worker, r), count
+
+    def consumed_per_worker(self, consumed: int) -> list[int]:
+        """How many batches each worker had produced when the rank had consumed ``consumed``: the
+        DataLoader takes one batch from each still-active worker in turn."""
+        q, r = divmod(self.batches, self.workers)
+        w = self.workers
+        if consumed <= q * w:
+            full, extra = divmod(consumed, w)
+            return [full + (i < extra) for i in range(w)]
+        return [q + (i < consumed - q * w) for i in range(w)]
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """Epoch-sequence position (wrapping) -> (index into manifest.shards, sample offset)."""
+        pos = position % self.total
+        i = int(np.searchsorted(self.starts, pos, side="right")) - 1
+        return int(self.order[i]), pos - int(self.starts[i])
+
+    def segments(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """Positions ``[lo, hi)`` as runs ``(shard index, first offset, end offset)`` in read order."""
+        out = []
+        pos = lo
+        while pos < hi:
+            shard, off = self.locate(pos)
+            take = min(self.manifest.shards[shard].samples - off, hi - pos)
+            out.append((shard, off, off + take))
+            pos += take
+        return out
+
+
+# --------------------------------------------------------------------------------------- batching
+
+
+FIELDS = ("input_ids", "labels", "position_ids", "seq_ids")  # the per-token int32 planes of a batch
+
+
+def collate_flat(samples: list[Sample], seq_len: int, pad_id: int, vocab_size: int | None = None,
+                 keys: list[str] | None = None) -> dict[str, Any]:
+    """Pad packed samples to ``seq_len`` and derive what the model needs, as ONE int32 buffer.
+
+    ``labels[t]`` is the next token when it belongs to the same document and carries loss
+    (``loss_mask`` 1), else ``IGNORE_INDEX``; positions restart at 0 in every document; the padding
+    of a row is its own segment (it attends only to padding and is never a label). ``cu_seqlens`` /
+    ``seq_ids`` describe the segments over the flattened batch for the attention kernels.
+    Everything per token travels in one int32 buffer (the planes of ``FIELDS`` then ``cu_seqlens``):
+    a DataLoader worker hands over one shared-memory tensor per batch instead of five int64 ones,
+    which is what bounded throughput (see bench/loader.py); :func:`unflatten` makes the views.
+    """
+    b = len(samples)
+    planes = np.empty((len(FIELDS), b, seq_len), dtype=np.int32)
+    input_ids, labels, positions, seq_ids = planes
+    input_ids.fill(pad_id)
+    labels.fill(IGNORE_INDEX)
+    seg_lens: list[np.ndarray] = []
+    tokens = 0
+    for i, s in enumerate(samples):
+        name = keys[i] if keys else s.key
+        ids = np.asarray(s.input_ids)
+        n = len(ids)
+        dl = np.asarray(s.doc_lens, dtype=np.int64)
+        if n == 0 or n > seq_len or int(dl.sum()) != n:
+            raise LoaderError(f"sample {name}: {n} tokens, doc_lens sum {int(dl.sum())}, seq_len {seq_len}")
+        if vocab_size is not None and int(ids.max()) >= vocab_size:
+            raise LoaderError(f"sample {name}: token id {int(ids.max())} >= vocab size {vocab_size}")
+        dl = dl[dl > 0]
+        tokens += n
+        input_ids[i, :n] = ids
+        row = labels[i]
+        row[: n - 1] = ids[1:]
+        ends = np.cumsum(dl) - 1
+        row[ends] = IGNORE_INDEX  # the last token of a document predicts nothing
+        if s.loss_mask is not None:
+            if len(s.loss_mask) != n:
+                raise LoaderError(f"sample {name}: loss_mask has {len(s.loss_mask)} entries for {n} tokens")
+            row[: n - 1][np.asarray(s.loss_mask[1:]) == 0] = IGNORE_INDEX
+        positions[i, :n] = np.arange(n) - np.repeat(ends - dl + 1, dl)
+        positions[i, n:] = np.arange(seq_len - n)
+        seg_lens.append(dl)
+        if n < seq_len:
+            seg_lens.append(np.array([seq_len - n], dtype=np.int64))
+    lens = np.concatenate(seg_lens)
+    seq_ids.reshape(-1)[:] = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
+    flat = np.empty(planes.size + len(lens) + 1, dtype=np.int32)
+    flat[: planes.size] = planes.reshape(-1)
+    flat[planes.size] = 0
+    np.cumsum(lens, out=flat[planes.size + 1:])
+    return {
+        "flat": torch.from_numpy(flat),
+        "shape": (b, seq_len),
+        "max_seqlen": int(lens.max()),
+        "tokens": tokens,
+        "keys": list(keys) if keys else [s.key for s in samples],
+    }
+
+
+def unflatten(wire: dict[str, Any]) -> dict[str, Any]:
+    """Views of a :func:`collate_flat` buffer: int32 ``[B, S]`` planes and ``cu_seqlens``."""
+    flat = wire["flat"]
+    b, s = wire["shape"]
+    n = b * s
+    out = {name: flat[i * n:(i + 1) * n].view(b, s) for i, name in enumerate(FIELDS)}
+    out["cu_seqlens"] = flat[len(FIELDS) * n:]
+    out.update({k: wire[k] for k in ("max_seqlen", "tokens", "keys")})
+    return out
+
+
+def collate(samples: list[Sample], seq_len: int, pad_id: int, vocab_size: int | None = None,
+            keys: list[str] | None = None) -> dict[str, Any]:
+    """:func:`collate_flat` then :func:`unflatten`: the batch as the trainer sees it."""
+    return unflatten(collate_flat(samples, seq_len, pad_id, vocab_size, keys))
+
+
+class _EpochStream(torch.utils.data.IterableDataset):
+    """One epoch of one rank, from a starting batch; each DataLoader worker produces its block."""
+
+    def __init__(self, source: ShardSource, plan: EpochPlan, start_batch: int, prefetch: int) -> None:
+        super().__init__()
+        self.source, self.plan, self.start_batch, self.prefetch = source, plan, start_batch, prefetch
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = torch.utils.data.get_worker_info()
+        nworkers = info.num_workers if info is not None else 1
+        plan = self.plan
+        if nworkers != plan.workers:
+            raise LoaderError(f"planned for {plan.workers} workers, running with {nworkers}")
+        # The DataLoader always asks its worker 0 first; after a resume the next batch may be due from
+        # another planned worker, so DataLoader worker i plays planned worker (i + start) mod W.
+        worker = ((info.id if info is not None else 0) + self.start_batch) % nworkers
+        first, count = plan.worker_batches(worker)
+        skip = plan.consumed_per_worker(self.start_batch)[worker]
+        if skip >= count:
+            return
+        yield from self._batches(worker, first, count, skip)
+
+    def _batches(self, worker: int, first: int, count: int, skip: int) -> Iterator[dict[str, Any]]:
+        plan, cfg, m = self.plan, self.plan.cfg, self.plan.manifest
+        bs, win = cfg.batch_size, max(cfg.shuffle_window, 1)
+        lo = plan.rank_start + first * bs
+        hi = lo + count * bs
+        start = skip * bs  # offset into this worker's stream
+        w0 = start // win
+        read_from = lo + w0 * win
+        reader = self._read(plan.segments(read_from, hi))
+        pending: list[tuple[str, Sample]] = []
+        j = w0
+        while True:
+            size = min(win, hi - (lo + j * win))
+            if size <= 0:
+                break
+            window = [next(reader) for _ in range(size)]
+            if cfg.shuffle:
+                rng = np.random.default_rng([cfg.seed, plan.epoch, plan.rank, worker, j])
+                window = [window[k] for k in rng.permutation(size)]
+            if j == w0:
+                window = window[start - w0 * win:]
+            for item in window:
+                pending.append(item)
+                if len(pending) == bs:
+                    keys = [k for k, _ in pending]
+                    yield collate_flat([s for _, s in pending], m.seq_len, m.pad_id, m.vocab_size, keys)
+                    pending = []
+            j += 1
+
+    def _read(self, segments: list[tuple[int, int, int]]) -> Iterator[tuple[str, Sample]]:
+        """Samples of the runs in order; shard bytes are fetched ahead in a thread (I/O overlaps
+        decoding), each shard once per run."""
+        shards = self.plan.manifest.shards
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            futures = [pool.submit(self.source.read, shards[s].name) for s, _, _ in segments[: self.prefetch]]
+            for n, (s, a, b) in enumerate(segments):
+                data = futures[n].result()
+                if n + self.prefetch < len(segments):
+                    futures.append(pool.submit(self.source.read, shards[segments[n + self.prefetch][0]].name))
+                futures[n] = None  # free the bytes once decoded
+                samples = decode_shard(shards[s], data)
+                del data
+                name = shards[s].name
+                for sample in samples[a:b]:
+                    yield f"{name}/{sample.key}", sample
+
+
+# ----------------------------------------------------------------------------------------- loader
+
+
+class ShardLoader:
+    """Batches for one rank, epoch after epoch, with ``state_dict`` / ``load_state_dict``."""
+
+    def __init__(self, location: str, batch_size: int, *, rank: int = 0, world: int = 1, seed: int = 0,
+                 shuffle: bool = True, shuffle_window: int = 4096, num_workers: int = 2,
+                 remainder: Literal["drop", "wrap"] = "drop", headers: dict[str, str] | None = None,
+                 prefetch_shards: int = 2, pin_memory: bool = False, max_epochs: int | None = None,
+                 manifest: Manifest | None = None) -> None:
+        if batch_size < 1:
+            raise LoaderError(f"batch_size must be >= 1, got {batch_size}")
+        if remainder not in ("drop", "wrap"):
+            raise LoaderError(f"remainder must be 'drop' or 'wrap', got {remainder!r}")
+        self.source = ShardSource(location, headers)
+        self.manifest = manifest or self.source.manifest()
+        if not self.manifest.shards:
+            raise LoaderError(f"{self.source.describe(MANIFEST)}: the manifest lists no shards")
+        self.cfg = LoaderConfig(batch_size, seed, shuffle, shuffle_window, remainder, max(0, num_workers))
+        self.rank, self.world = rank, world
+        self.prefetch = max(1, prefetch_shards)
+        self.pin_memory = pin_memory
+        self.max_epochs = max_epochs
+        self.epoch = 0
+        self.batch = 0
+        self.batches_per_epoch = self.plan(0).batches  # raises early when the set is too small
+
+    def plan(self, epoch: int) -> EpochPlan:
+        return EpochPlan(self.manifest, self.cfg, epoch, self.rank, self.world)
+
+    def _epoch_loader(self, plan: EpochPlan, start_batch: int) -> torch.utils.data.DataLoader:
+        stream = _EpochStream(self.source, plan, start_batch, self.prefetch)
+        nw = self.cfg.num_workers
+        return torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=nw, pin_memory=self.pin_memory,
+            prefetch_factor=4 if nw else None, persistent_workers=False,
+        )
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Endless (or ``max_epochs``) stream of batches; the state advances as batches are taken."""
+        while self.max_epochs is None or self.epoch < self.max_epochs:
+            plan = self.plan(self.epoch)
+            if self.batch < plan.batches:
+                it = iter(self._epoch_loader(plan, self.batch))
+                try:
+                    for wire in it:
+                        self.batch += 1
+                        yield unflatten(wire)
+                finally:
+                    # Stop the workers now: left to the garbage collector (an exception's traceback
+                    # keeps the iterator alive), their queues can be torn down first and each worker
+                    # then costs a 5 s join timeout.
+                    shutdown = getattr(it, "_shutdown_workers", None)
+                    if shutdown is not None:
+                        shutdown()
+                    del it
+            if self.batch != plan.batches:  # a worker died without an error: never train on a short epoch
+                raise LoaderError(f"epoch {self.epoch} ended after {self.batch} of {plan.batches} batches")
+            self.epoch += 1
+            self.batch = 0
+
+    def epoch_batches(self) -> Iterator[dict[str, Any]]:
+        """The rest of the current epoch only (the next one when the current is finished)."""
+        if self.batch >= self.batches_per_epoch:
+            self.epoch, self.batch = self.epoch + 1, 0
+        for batch in self:
+            yield batch
+            if self.batch == self.batches_per_epoch:
+                return
+
+    def state_dict(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"epoch": self.epoch, "batch": self.batch, "seed": c.seed, "shuffle": c.shuffle,
+                "shuffle_window": c.shuffle_window, "remainder": c.remainder, "batch_size": c.batch_size,
+                "num_workers": c.num_workers, "rank": self.rank, "world": self.world,
+                "manifest": manifest_fingerprint(self.manifest)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume exactly where ``state`` was taken; refuses a state from another plan."""
+        mine = self.state_dict()
+        must_match = ["seed", "shuffle", "shuffle_window", "remainder", "batch_size", "world", "rank",
+                      "manifest"]
+        between_epochs = state.get("batch", 0) in (0, self.batches_per_epoch)
+        if not between_epochs:
+            must_match.append("num_workers")  # the order of batches inside an epoch depends on it
+        diff = [f"{k} {state.get(k)!r} -> {mine[k]!r}" for k in must_match if state.get(k) != mine[k]]
+        if diff:
+            raise LoaderError("cannot resume the loader: the checkpoint was made with different settings: "
+                              + ", ".join(diff))
+        self.epoch, self.batch = int(state["epoch"]), int(state["batch"])

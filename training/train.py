@@ -1,0 +1,325 @@
+"""``tokenmill train`` / ``torchrun -m training.train``: train a small Llama on a tokenmill shard set.
+
+One step: every rank takes one batch, the loss is summed over its valid tokens (``labels`` already
+carry the SFT ``loss_mask`` and document boundaries) and divided by the *global* count of valid
+tokens, so a token weighs the same whichever rank it landed on (FSDP/DeepSpeed average gradients
+over ranks, hence the extra factor ``world``). AdamW with linear warmup and cosine decay, gradient
+clipping; metrics every ``log.every`` steps; checkpoints with the loader's position, so a resumed run
+repeats the uninterrupted one step for step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from kernels.attention import DocMask, select_backend
+from pipeline.shard_format import Manifest
+from training import checkpoint as ckpt
+from training.config import ConfigError, ModelSection, OptimConfig, TrainConfig, load_config
+from training.data import IGNORE_INDEX, LoaderError, ShardLoader
+from training.metrics import MetricsLogger, device_peak_flops, memory_stats
+from training.model import PRESETS, Llama, ModelConfig, token_loss_sum
+from training.parallel import DistInfo, apply_deepspeed, apply_fsdp, fsdp_bf16_works, init_distributed, say
+
+VOCAB_MULTIPLE = 64  # pad the embedding so matmuls get tensor-core friendly shapes
+STOP_CHECK_EVERY = 10  # steps between looks at the SIGTERM vote on GPU (each look syncs the device)
+EXIT_TERMINATED = 143  # 128 + SIGTERM: checkpointed, not finished; a scheduler should rerun us
+
+
+def build_model_config(section: ModelSection, manifest: Manifest) -> ModelConfig:
+    """Preset + overrides; vocabulary and sequence length come from the shard set."""
+    if section.preset and section.preset not in PRESETS:
+        raise ConfigError(f"model.preset: unknown {section.preset!r} (known: {', '.join(PRESETS)})")
+    data: dict[str, Any] = dict(PRESETS[section.preset]) if section.preset else {}
+    data.update(section.overrides)
+    vocab = VOCAB_MULTIPLE * math.ceil(manifest.vocab_size / VOCAB_MULTIPLE)
+    data["vocab_size"] = max(int(data.get("vocab_size") or 0), vocab)
+    data["max_seq_len"] = max(int(data.get("max_seq_len") or 0), manifest.seq_len)
+    try:
+        return ModelConfig.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"model: {exc}") from None
+
+
+def lr_at(step: int, opt: OptimConfig) -> float:
+    """Learning rate for (1-based) ``step``: linear warmup, then cosine down to ``min_lr_ratio``."""
+    if opt.warmup_steps and step <= opt.warmup_steps:
+        return opt.lr * step / opt.warmup_steps
+    span = max(1, opt.max_steps - opt.warmup_steps)
+    progress = min(1.0, (step - opt.warmup_steps) / span)
+    floor = opt.lr * opt.min_lr_ratio
+    return floor + 0.5 * (opt.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: torch.nn.Module, opt: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on norms (1-D parameters)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps)
+
+
+def _grad_norm(value: Any) -> float:
+    if value is None:
+        return float("nan")
+    if hasattr(value, "full_tensor"):
+        value = value.full_tensor()
+    return float(value)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, info: DistInfo) -> None:
+        self.cfg, self.info = cfg, info
+        self.out = Path(cfg.out_dir)
+        d = cfg.data
+        self.loader = ShardLoader(
+            d.path, d.batch_size, rank=info.rank, world=info.world, seed=d.seed, shuffle=d.shuffle,
+            shuffle_window=d.shuffle_window, num_workers=d.num_workers, remainder=d.remainder,
+            headers=d.headers, pin_memory=info.device.type == "cuda",
+        )
+        self.manifest = self.loader.manifest
+        self.mcfg = build_model_config(cfg.model, self.manifest)
+        self.backend = select_backend(info.device, cfg.parallel.attention)
+        torch.manual_seed(cfg.seed)
+        model = Llama(self.mcfg, self.backend).to(info.device)
+        self.precision = cfg.parallel.precision
+        self.engine = None
+        if cfg.parallel.strategy == "fsdp":
+            if self.precision == "bf16" and info.device.type == "cpu":
+                ok, why = fsdp_bf16_works(info.device)
+                if not ok:
+                    say(info.rank, f"FSDP2 bf16 mixed precision is not supported on CPU here ({why}); "
+                                   "training in fp32")
+                    self.precision = "fp32"
+            if cfg.parallel.compile:
+                model.compile_blocks()
+            self.model = apply_fsdp(model, self.precision, cfg.parallel.reshard_after_forward)
+            self.optimizer = make_optimizer(self.model, cfg.optim)
+        else:
+            self.model = model
+            self.optimizer = make_optimizer(model, cfg.optim)
+            self.engine = apply_deepspeed(model, self.optimizer, cfg.parallel.deepspeed_config, d.batch_size,
+                                          cfg.optim.grad_clip, self.precision, info.device)
+        self.step = 0
+        self.stop_signal = False  # set by the SIGTERM handler on this rank
+        self.terminated = False
+        self.stop_votes = torch.zeros(())  # how many ranks had the signal at the last step
+        self.peak = device_peak_flops(info.device, cfg.log.peak_flops)
+        self.flops_per_token = self.mcfg.flops_per_token(self.manifest.seq_len)
+
+    # ----------------------------------------------------------------------------- checkpoints
+
+    def trainer_state(self) -> dict[str, Any]:
+        return {"model": self.mcfg.to_dict(), "strategy": self.cfg.parallel.strategy,
+                "precision": self.precision, "world": self.info.world, "epoch": self.loader.epoch}
+
+    def save(self) -> Path:
+        return ckpt.save(self.out, self.step, self.model, self.optimizer, self.loader.state_dict(),
+                         self.trainer_state(), self.cfg.checkpoint.keep, self.engine)
+
+    def resume(self, path: Path) -> None:
+        trainer, loader_state = ckpt.load(path, self.model, self.optimizer, self.engine)
+        if trainer.get("model") != self.mcfg.to_dict():
+            raise ckpt.CheckpointError(f"{path}: the checkpoint's model config differs from this run's")
+        if trainer.get("world") != self.info.world:
+            raise ckpt.CheckpointError(f"{path}: saved with {trainer.get('world')} rank(s), "
+                                       f"resuming with {self.info.world}")
+        try:
+            self.loader.load_state_dict(loader_state)
+        except LoaderError as exc:
+            raise ckpt.CheckpointError(f"{path}: {exc}") from None
+        self.step = int(trainer["step"])
+
+    # ------------------------------------------------------------------------------------ step
+
+    def train_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        dev = self.info.device
+        ids = batch["input_ids"].to(dev, non_blocking=True)
+        pos = batch["position_ids"].to(dev, non_blocking=True)
+        labels = batch["labels"].to(dev, non_blocking=True)
+        mask = DocMask(batch["cu_seqlens"].to(dev, non_blocking=True), int(batch["max_seqlen"]),
+                       batch["seq_ids"].to(dev, non_blocking=True))
+        # one small all-reduce: the global count of tokens that carry loss this step, and whether any
+        # rank was asked to stop (SIGTERM), so that all ranks checkpoint the same step and leave
+        counts = torch.stack([(labels != IGNORE_INDEX).sum().to(torch.float64),
+                              torch.tensor(float(self.stop_signal), dtype=torch.float64, device=dev)])
+        dist.all_reduce(counts)
+        valid = counts[0]
+        self.stop_votes = counts[1]  # read by fit() every few steps: reading it costs a GPU sync
+        denom = valid.clamp(min=1.0).to(torch.float32)
+        lr = lr_at(self.step + 1, self.cfg.optim)
+        world = self.info.world
+        if self.engine is not None:
+            for g in self.engine.optimizer.param_groups:
+                g["lr"] = lr
+            loss_sum = token_loss_sum(self.engine(ids, pos, mask), labels)
+            self.engine.backward(loss_sum * world / denom)
+            self.engine.step()
+            gnorm = _grad_norm(self.engine.get_global_grad_norm())
+        else:
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
+            loss_sum = token_loss_sum(self.model(ids, pos, mask), labels)
+            (loss_sum * world / denom).backward()
+            clip = self.cfg.optim.grad_clip or float("inf")
+            gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)  # read at log time
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return loss_sum.detach().to(torch.float64), valid, gnorm
+
+    def fit(self, stop_at: int | None = None) -> dict[str, Any]:
+        cfg, info = self.cfg, self.info
+        max_steps = cfg.optim.max_steps
+        logger = MetricsLogger(self.out, info.rank == 0, cfg.log.tensorboard)
+        batch_tokens = cfg.data.batch_size * self.manifest.seq_len
+        window = {"loss": torch.zeros((), dtype=torch.float64, device=info.device),
+                  "valid": torch.zeros((), dtype=torch.float64, device=info.device),
+                  "tokens": 0, "steps": 0, "gnorm": float("nan")}
+        last = {}
+        t0 = time.perf_counter()
+        batches = iter(self.loader)
+        stopped = False
+        first_step = self.step
+        try:
+            while self.step < max_steps:
+                batch = next(batches)
+                loss_sum, valid, gnorm = self.train_step(batch)
+                window["loss"] += loss_sum
+                window["valid"] += valid
+                window["tokens"] += batch["tokens"]
+                window["steps"] += 1
+                window["gnorm"] = gnorm
+                if self.step % cfg.log.every == 0 or self.step == max_steps or self.step == stop_at:
+                    last = self._log(logger, window, t0, batch_tokens)
+                    window["loss"].zero_()
+                    window["valid"].zero_()
+                    window["tokens"], window["steps"] = 0, 0
+                    t0 = time.perf_counter()
+                every = cfg.checkpoint.every
+                if self.step == stop_at:
+                    path = self.save()
+                    say(info.rank, f"stopped at step {self.step}; checkpoint {path}")
+                    stopped = True
+                    break
+                if (info.device.type == "cpu" or self.step % STOP_CHECK_EVERY == 0) and float(self.stop_votes) > 0:
+                    path = self.save()
+                    say(info.rank, f"terminated (SIGTERM) at step {self.step}; checkpoint {path}")
+                    self.terminated = stopped = True
+                    break
+                if every and self.step % every == 0 and self.step != max_steps:
+                    self.save()
+            if not stopped and cfg.checkpoint.at_end and self.step > first_step:
+                self.save()  # (nothing new to save when a finished run is resumed)
+        finally:
+            logger.close()
+            del batches
+        return {"step": self.step, **last}
+
+    def _log(self, logger: MetricsLogger, window: dict[str, Any], t0: float, batch_tokens: int) -> dict:
+        info = self.info
+        dt = max(time.perf_counter() - t0, 1e-9)
+        # window["valid"] already holds global counts (reduced every step); loss and tokens are local
+        stats = torch.stack([window["loss"],
+                             torch.tensor(float(window["tokens"]), dtype=torch.float64, device=info.device)])
+        dist.all_reduce(stats)
+        valid = float(window["valid"])
+        loss = float(stats[0]) / max(valid, 1.0)
+        processed = batch_tokens * window["steps"] * info.world  # padded tokens the model computed on
+        mfu = None
+        if self.peak:
+            mfu = processed * self.flops_per_token / dt / (self.peak * info.world)
+        values = {"epoch": self.loader.epoch, "loss": loss, "ppl": math.exp(min(loss, 50.0)),
+                  "grad_norm": _grad_norm(window["gnorm"]), "lr": lr_at(self.step, self.cfg.optim),
+                  "tokens_per_s": float(stats[1]) / dt, "processed_tokens_per_s": processed / dt,
+                  "loss_tokens": int(valid), "mfu": mfu, **memory_stats(info.device)}
+        logger.log(self.step, values)
+        return values
+
+
+def _one_line(exc: BaseException) -> str:
+    """A DataLoader worker's error arrives with the worker traceback in its message: keep the cause."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    last = lines[-1]
+    for prefix in ("training.data.LoaderError: ", "LoaderError: "):
+        if last.startswith(prefix):
+            return last[len(prefix):]
+    return last if len(lines) > 1 and "Traceback" in str(exc) else lines[0]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tokenmill train", description=__doc__.splitlines()[0])
+    p.add_argument("--config", help="YAML/JSON training config (training/configs/*.yaml)")
+    p.add_argument("--data", help="shard set: a directory or http(s) base URL (overrides data.path)")
+    p.add_argument("--out", help="output folder for metrics and checkpoints (overrides out_dir)")
+    p.add_argument("--max-steps", type=int, help="overrides optim.max_steps")
+    p.add_argument("--stop-at", type=int, help="checkpoint and exit after this step (as if preempted)")
+    p.add_argument("--resume", default="auto",
+                   help="'auto' (latest checkpoint in the output folder), 'none', or a checkpoint folder")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config field, e.g. --set model.preset=tiny --set data.batch_size=4")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = list(args.set)
+    if args.data:
+        overrides.append(f"data.path={json.dumps(args.data)}")
+    if args.out:
+        overrides.append(f"out_dir={json.dumps(args.out)}")
+    if args.max_steps is not None:
+        overrides.append(f"optim.max_steps={args.max_steps}")
+    try:
+        cfg = load_config(args.config, overrides)
+        if not cfg.data.path:
+            raise ConfigError("data.path: required (or pass --data)")
+    except ConfigError as exc:
+        print(f"tokenmill train: {exc}", file=sys.stderr)
+        return 2
+    info = init_distributed()
+    try:
+        trainer = Trainer(cfg, info)
+        if info.rank == 0:
+            Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.out_dir) / "config.json").write_text(cfg.model_dump_json(indent=1) + "\n")
+        path = None
+        if args.resume == "auto":
+            path = ckpt.latest_checkpoint(cfg.out_dir)
+        elif args.resume != "none":
+            path = Path(args.resume)
+        if path is not None:
+            trainer.resume(path)
+            say(info.rank, f"resumed from {path} at step {trainer.step}")
+        say(info.rank, f"{trainer.mcfg.num_params() / 1e6:.2f}M params, {info.world} rank(s) on "
+                       f"{info.device.type}, {cfg.parallel.strategy} {trainer.precision}, attention "
+                       f"{trainer.backend}, {trainer.loader.batches_per_epoch} steps per epoch")
+        signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_signal", True))
+        result = trainer.fit(stop_at=args.stop_at)
+        if trainer.terminated:
+            return EXIT_TERMINATED
+        if info.rank == 0:
+            print(json.dumps({"train": "done", **{k: v for k, v in result.items() if v is not None}}))
+        return 0
+    except (LoaderError, ConfigError, ckpt.CheckpointError) as exc:
+        print(f"tokenmill train: rank {info.rank}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
