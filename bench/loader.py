@@ -17,36 +17,18 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
-import functools
 import json
 import os
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 from pipeline.shard_format import Manifest, Sample, npy_load
 from training.data import ShardLoader, collate
-from training.synthetic import random_packed, write_shard_set
+from training.synthetic import random_packed, serve_directory, write_shard_set
 
 GOAL = 5_000_000
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@contextmanager
-def serve(directory: Path):
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def run_ours(location: str, workers: int, batch: int) -> tuple[int, float]:
@@ -108,7 +90,7 @@ def main() -> None:
               f"seq_len {m.seq_len}, {sum(s.bytes for s in m.shards) / 2**20:.0f} MiB")
         print(f"{'loader':<12}{'source':<8}{'workers':>8}{'tokens/s':>14}{'per worker':>14}")
         figures: dict[str, float] = {}
-        with serve(data) as url:
+        with serve_directory(data) as url:
             for source, location in (("local", str(data)), ("http", url)):
                 for w in args.workers:
                     for name, fn in (("tokenmill", lambda loc=location, w=w: run_ours(loc, w, args.batch)),

@@ -3,12 +3,8 @@ streaming, and checksum failures that name the shard."""
 
 from __future__ import annotations
 
-import functools
 import io
 import shutil
-import threading
-from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +15,7 @@ import webdataset as wds
 from pipeline.shard_format import Manifest, Sample, encode_sample, iter_tar_samples
 from training.data import IGNORE_INDEX, LoaderError, ShardLoader, collate
 from training.shard_reader import read_shard_samples
-from training.synthetic import random_packed, write_shard_set
+from training.synthetic import random_packed, serve_directory, write_shard_set
 
 N_SAMPLES, PER_SHARD, SEQ = 103, 10, 64  # 11 shards, the last one partial (3 samples)
 
@@ -32,22 +28,6 @@ def shardset(tmp_path_factory) -> Path:
     return out
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@contextmanager
-def serve(directory: Path):
-    """A real HTTP server on loopback serving ``directory``."""
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def epoch(loader: ShardLoader) -> list[dict]:
@@ -155,7 +135,7 @@ def test_resume_refuses_a_different_plan(shardset):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_http_streaming_gives_exactly_the_local_samples(shardset, workers):
     local = epoch(ShardLoader(str(shardset), 4, rank=1, world=2, num_workers=workers, shuffle_window=16))
-    with serve(shardset) as url:
+    with serve_directory(shardset) as url:
         remote = epoch(ShardLoader(url, 4, rank=1, world=2, num_workers=workers, shuffle_window=16))
     assert keys(remote) == keys(local)
     for a, b in zip(remote, local, strict=True):
@@ -183,7 +163,7 @@ def test_corrupted_shard_is_detected_and_named(corrupted, workers, over_http):
 
     with pytest.raises(LoaderError) as err:
         if over_http:
-            with serve(corrupted) as url:
+            with serve_directory(corrupted) as url:
                 run(url)
         else:
             run(str(corrupted))
@@ -197,7 +177,7 @@ def test_truncated_missing_and_unusable_sets(shardset, tmp_path):
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(LoaderError, match="shard-000000.tar: 1000 bytes but the manifest says"):
         epoch(ShardLoader(str(short), 4, num_workers=0, shuffle=False))
-    with serve(tmp_path) as url, pytest.raises(LoaderError, match="HTTP 404"):
+    with serve_directory(tmp_path) as url, pytest.raises(LoaderError, match="HTTP 404"):
         ShardLoader(url + "/nothing-here", 4)
     with pytest.raises(LoaderError, match="cannot read"):
         ShardLoader(str(tmp_path / "absent"), 4)

@@ -8,9 +8,13 @@ sequences) without a Ray run. Written exactly as the shard writer does: WebDatas
 
 from __future__ import annotations
 
+import functools
 import io
 import os
+import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +92,20 @@ def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, 
                         pad_id=pad_id, has_loss_mask=has_mask, shards=shards)
     atomic_write_bytes(out / MANIFEST, manifest.to_json().encode())
     return manifest
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve_directory(directory: Path) -> Iterator[str]:
+    """A real HTTP server on loopback serving ``directory`` (a shard set), for loader tests and benches."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(directory)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
