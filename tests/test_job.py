@@ -164,3 +164,33 @@ def test_instruction_records_get_a_loss_mask(ray_local, tmp_path):
         answer = dec.decode(ids[mask == 1])
         assert prompt.startswith("### Instruction:\nAdd ") and prompt.endswith("### Response:\n")
         assert answer.startswith("The sum is ")
+
+
+def test_dedup_stages_keep_shards_identical_across_parallelism(ray_local, corpus, tmp_path):
+    """The default stage list, with planted exact and near duplicates, is still deterministic."""
+    import random
+
+    folder, docs = corpus
+    rng = random.Random(3)
+    dups = [{"id": f"copy-{i}", "text": docs[i]["text"]} for i in range(0, 60, 3)]
+    near = []
+    for i in range(1, 60, 3):
+        words = docs[i]["text"].split()
+        if len(words) > 100:
+            words[rng.randrange(len(words))] = "edited"
+            near.append({"id": f"near-{i}", "text": " ".join(words)})
+    write_jsonl(tmp_path / "c" / "dups.jsonl", dups + near)
+    stages = [{"type": "normalize"}, {"type": "exact_dedup"}, {"type": "near_dedup", "params": {"threshold": 0.8}}]
+    inputs = [{"path": str(folder)}, {"path": str(tmp_path / "c")}]
+    runs = [
+        run_job(_spec(str(folder), tmp_path / f"o{p}", inputs=inputs, stages=stages,
+                      execution={"batch_size": b, "parallelism": p}))
+        for p, b in ((1, 32), (2, 9))
+    ]
+    dropped = runs[0].stats["stages"]
+    assert dropped[2]["dropped"]["exact_duplicate"] == len(dups)
+    assert dropped[3]["dropped"]["near_duplicate"] == len(near) > 0
+    assert [s.sha256 for s in runs[0].manifest.shards] == [s.sha256 for s in runs[1].manifest.shards]
+    # the originals (smallest ord) are the ones kept
+    kept = set(decode_documents(runs[0].output_dir).values())
+    assert kept == {unicodedata.normalize("NFC", d["text"]).strip() for d in docs}
