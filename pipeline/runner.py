@@ -11,15 +11,17 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 from ray.data import ActorPoolStrategy
 
 from pipeline.packing import make_packer
+from pipeline.progress import StageProgress
 from pipeline.ray_env import init_ray
 from pipeline.readers import expand_inputs
 from pipeline.shard_format import STATS, TOKENIZER, Manifest, atomic_write_bytes, token_dtype
@@ -82,30 +84,8 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
     files = expand_inputs(spec.inputs)
     say(f"reading {len(files)} input file(s) and running {len(spec.stages)} stage(s) with {par} worker(s)")
     t0 = time.perf_counter()
-    ds = ray.data.from_items(
-        [{"file_index": i, "path": p, "input": inp.model_dump_json()} for i, inp, p in files],
-        override_num_blocks=max(1, len(files)),
-    )
-    ds = ds.map_batches(
-        ReadFiles, fn_constructor_args=(recorder("00-read"),), batch_size=1, batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=min(par, max(1, len(files)))),
-    )
-    for i, stage_spec in enumerate(spec.stages, start=1):
-        cls = STAGES[stage_spec.type]
-        params = spec.stage_params(i - 1)
-        ctx = StageContext(spec.name, str(out), i, str(out / "index"), spec.execution.seed)
-        key = f"{i:02d}-{cls.name}"
-        if isinstance(cls, type) and issubclass(cls, DatasetStage):
-            ds = cls(params, ctx).apply(ds, recorder(key))
-            if cls.reorders:
-                ds = ds.sort("ord")
-        else:
-            ds = ds.map_batches(
-                BatchStageRunner, fn_constructor_args=(cls, params.model_dump_json(), ctx, recorder(key)),
-                batch_size=spec.execution.batch_size, batch_format="pyarrow",
-                compute=ActorPoolStrategy(size=par), **_ray_resources(cls.resources),
-            )
-    ds = ds.materialize()
+    with StageProgress(stats_actor, say):  # dataset stages run eagerly inside apply()
+        ds = _curate(spec, files, out, par, recorder).materialize()
     curated_docs = ds.count()
     curation_s = time.perf_counter() - t0
     say(f"curation done: {curated_docs} documents kept in {curation_s:.1f}s")
@@ -126,19 +106,12 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
     t0 = time.perf_counter()
     last_report = t0
     has_mask = False
-    for batch in tokens.iter_batches(batch_format="pyarrow", batch_size=None, prefetch_batches=2):
-        ids_col, mask_col, id_col = batch.column("ids"), batch.column("mask"), batch.column("id")
-        ord_col = batch.column("ord").to_pylist()
-        for j in range(batch.num_rows):
-            ids = ids_col[j].values.to_numpy(zero_copy_only=False)
-            m = mask_col[j]
-            mask = m.values.to_numpy(zero_copy_only=False) if m.is_valid else None
-            has_mask = has_mask or mask is not None
-            for seq in packer.add(id_col[j].as_py(), ids, mask, ord_col[j]):
-                if writer.add(seq) and time.perf_counter() - last_report > 5:
-                    last_report = time.perf_counter()
-                    say(f"packed {packer.stats.docs} docs, {packer.stats.tokens} tokens, "
-                        f"{len(writer.shards)} shard(s)")
+    for doc_id, ids, mask, ord_ in _token_docs(tokens):
+        has_mask = has_mask or mask is not None
+        for seq in packer.add(doc_id, ids, mask, ord_):
+            if writer.add(seq) and time.perf_counter() - last_report > 5:
+                last_report = time.perf_counter()
+                say(f"packed {packer.stats.docs} docs, {packer.stats.tokens} tokens, {len(writer.shards)} shard(s)")
     for seq in packer.flush():
         writer.add(seq)
     writer.close()
@@ -176,6 +149,45 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
     atomic_write_bytes(out / STATS, (json.dumps(stats, indent=2) + "\n").encode())
     write_manifest(out, manifest)
     return JobResult(out, manifest, stats)
+
+
+def _curate(spec: JobSpec, files: list, out: Path, par: int, recorder: Callable[[str], StageRecorder]) -> Any:
+    """The curation graph: read every file, then each stage in spec order."""
+    ds = ray.data.from_items(
+        [{"file_index": i, "path": p, "input": inp.model_dump_json()} for i, inp, p in files],
+        override_num_blocks=max(1, len(files)),
+    )
+    ds = ds.map_batches(
+        ReadFiles, fn_constructor_args=(recorder("00-read"),), batch_size=1, batch_format="pyarrow",
+        compute=ActorPoolStrategy(size=min(par, max(1, len(files)))),
+    )
+    for i, stage_spec in enumerate(spec.stages, start=1):
+        cls = STAGES[stage_spec.type]
+        params = spec.stage_params(i - 1)
+        ctx = StageContext(spec.name, str(out), i, str(out / "index"), spec.execution.seed)
+        key = f"{i:02d}-{cls.name}"
+        if isinstance(cls, type) and issubclass(cls, DatasetStage):
+            ds = cls(params, ctx).apply(ds, recorder(key))
+            if cls.reorders:
+                ds = ds.sort("ord")
+        else:
+            ds = ds.map_batches(
+                BatchStageRunner, fn_constructor_args=(cls, params.model_dump_json(), ctx, recorder(key)),
+                batch_size=spec.execution.batch_size, batch_format="pyarrow",
+                compute=ActorPoolStrategy(size=par), **_ray_resources(cls.resources),
+            )
+    return ds
+
+
+def _token_docs(tokens: Any) -> Iterator[tuple[str, np.ndarray, np.ndarray | None, int]]:
+    """Stream (id, token ids, loss mask or None, ord) in corpus order from the tokenized dataset."""
+    for batch in tokens.iter_batches(batch_format="pyarrow", batch_size=None, prefetch_batches=2):
+        ids_col, mask_col = batch.column("ids"), batch.column("mask")
+        doc_ids, ords = batch.column("id").to_pylist(), batch.column("ord").to_pylist()
+        for j in range(batch.num_rows):
+            m = mask_col[j]
+            mask = m.values.to_numpy(zero_copy_only=False) if m.is_valid else None
+            yield doc_ids[j], ids_col[j].values.to_numpy(zero_copy_only=False), mask, ords[j]
 
 
 def _tokenizer(spec: JobSpec, ds: Any, say: Progress):
