@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -36,12 +37,26 @@ def _prepare_local_auth() -> None:
         pass
 
 
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a cluster address nobody listens on: Ray itself retries for minutes."""
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", a bare host or a Jobs URL: leave it to Ray
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {hostport} ({exc.strerror or exc})") from None
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """Start or join Ray once per process; returns True when this call started it."""
     if ray.is_initialized():
         return False
     if address is None:
         _prepare_local_auth()
+    else:
+        check_reachable(address)
     ray.init(
         address=address,
         num_cpus=num_cpus if address is None else None,

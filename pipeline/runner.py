@@ -53,13 +53,16 @@ def _prepare_output(spec: JobSpec) -> Path:
     out = Path(spec.output.path)
     if (out / "manifest.json").exists() and not spec.output.overwrite:
         raise JobError(f"output.path: {out} already holds a shard set (set output.overwrite: true to replace it)")
-    out.mkdir(parents=True, exist_ok=True)
-    for name in OWNED:
-        p = out / name
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in OWNED:
+            p = out / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+    except OSError as exc:
+        raise JobError(f"output.path: cannot prepare {out}: {exc.strerror or exc}") from None
     return out
 
 
@@ -72,8 +75,12 @@ def _parallelism(spec: JobSpec) -> int:
 def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
     say = progress or (lambda msg: None)
     t_start = time.perf_counter()
-    init_ray(spec.execution.address, spec.execution.num_cpus)
     out = _prepare_output(spec)
+    try:
+        init_ray(spec.execution.address, spec.execution.num_cpus)
+    except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+        where = spec.execution.address or "a local Ray node"
+        raise JobError(f"execution.address: cannot connect to {where}: {str(exc).splitlines()[0]}") from None
     par = _parallelism(spec)
     stats_actor = StatsActor.remote()
     rejected_dir = str(out / "rejected") if spec.output.write_rejected else None

@@ -152,6 +152,8 @@ def parse_spec(data: Any, check_inputs: bool = True) -> JobSpec:
             for i, inp in enumerate(spec.inputs)
             if not expand_inputs([inp])
         ]
+        if spec.tokenizer.path and not Path(spec.tokenizer.path).is_file():
+            missing.append(f"tokenizer.path: no such file {spec.tokenizer.path!r}")
         if missing:
             raise SpecError("\n".join(missing))
     return spec
@@ -174,6 +176,9 @@ def load_spec(path: str | Path, check_inputs: bool = True) -> JobSpec:
         for inp in data.get("inputs") or []:
             if isinstance(inp, dict) and isinstance(inp.get("path"), str):
                 inp["path"] = str(base / inp["path"])
+        tok = data.get("tokenizer")
+        if isinstance(tok, dict) and isinstance(tok.get("path"), str):
+            tok["path"] = str(base / tok["path"])
         out = data.get("output")
         if isinstance(out, dict) and isinstance(out.get("path"), str):
             out["path"] = str(base / out["path"])

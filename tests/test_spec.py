@@ -93,3 +93,23 @@ def test_cli_reports_unreadable_yaml(tmp_path):
         [sys.executable, "-m", "service.cli", "run", str(path)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and "not valid YAML" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_tokenizer_file_is_refused_before_work(tmp_path):
+    with pytest.raises(SpecError, match=r"^tokenizer.path: no such file"):
+        parse_spec(_spec(tmp_path, tokenizer={"path": str(tmp_path / "nope.json")}))
+
+
+def test_cli_unwritable_output_and_unreachable_cluster_exit_2(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for over, field in (
+        ({"output": {"path": str(tmp_path / "file" / "out")}}, "output.path"),
+        ({"execution": {"address": "127.0.0.1:1"}}, "execution.address"),
+    ):
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump(_spec(tmp_path, **over)))
+        proc = subprocess.run(
+            [sys.executable, "-m", "service.cli", "run", str(path)], capture_output=True, text=True, timeout=180
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"error: {field}:" in proc.stderr and "Traceback" not in proc.stderr
