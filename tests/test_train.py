@@ -15,9 +15,9 @@ from pipeline.runner import run_job
 from pipeline.shard_format import Manifest
 from pipeline.spec import parse_spec
 from tests.corpus_fixtures import clean_corpus
-from tests.test_loader import serve
 from tests.test_loader_dist import REPO, torchrun
 from training.data import EpochPlan, LoaderConfig
+from training.synthetic import serve_directory
 
 pytestmark = pytest.mark.ray
 
@@ -80,7 +80,7 @@ def test_two_ranks_train_and_the_loss_falls(uninterrupted):
 def test_stop_and_resume_repeats_the_uninterrupted_losses(shards, uninterrupted, tmp_path):
     out = tmp_path / "run-b"
     # the first half streams the shards over HTTP, the resumed half reads the directory
-    with serve(shards) as url:
+    with serve_directory(shards) as url:
         first = train(url, out, "--stop-at", str(STOP))
     assert first.returncode == 0, first.stderr[-4000:]
     assert f"stopped at step {STOP}" in first.stderr
