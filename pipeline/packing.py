@@ -37,7 +37,10 @@ class PackedSequence:
         return sum(len(p.ids) for p in self.pieces)
 
     def arrays(self, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        ids = np.concatenate([p.ids for p in self.pieces]).astype(dtype, copy=False)
+        ids = np.concatenate([p.ids for p in self.pieces])
+        if len(ids) and int(ids.max()) > np.iinfo(dtype).max:
+            raise ValueError(f"token id {int(ids.max())} does not fit the shard dtype {np.dtype(dtype).name}")
+        ids = ids.astype(dtype, copy=False)
         lens = np.array([len(p.ids) for p in self.pieces], dtype=np.int32)
         if all(p.mask is None for p in self.pieces):
             return ids, lens, None

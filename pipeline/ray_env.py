@@ -52,6 +52,7 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """Start or join Ray once per process; returns True when this call started it."""
     if ray.is_initialized():
+        configure_data_context()  # a caller that started Ray itself still gets ordered output
         return False
     if address is None:
         _prepare_local_auth()

@@ -20,6 +20,7 @@ import numpy as np
 import ray
 from ray.data import ActorPoolStrategy
 
+from pipeline.dedup_index import DedupIndexError
 from pipeline.packing import make_packer
 from pipeline.progress import StageProgress
 from pipeline.ray_env import init_ray
@@ -53,6 +54,11 @@ def _prepare_output(spec: JobSpec) -> Path:
     out = Path(spec.output.path)
     if (out / "manifest.json").exists() and not spec.output.overwrite:
         raise JobError(f"output.path: {out} already holds a shard set (set output.overwrite: true to replace it)")
+    present = [name for name in OWNED if (out / name).exists()]
+    if present and not spec.output.overwrite:
+        raise JobError(f"output.path: {out} already has {', '.join(present)} (set output.overwrite: true to replace)")
+    if spec.tokenizer.path and Path(spec.tokenizer.path).resolve().is_relative_to(out.resolve()):
+        raise JobError(f"tokenizer.path: {spec.tokenizer.path} lies inside output.path, which the job rewrites")
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name in OWNED:
@@ -92,7 +98,10 @@ def run_job(spec: JobSpec, progress: Progress | None = None) -> JobResult:
     say(f"reading {len(files)} input file(s) and running {len(spec.stages)} stage(s) with {par} worker(s)")
     t0 = time.perf_counter()
     with StageProgress(stats_actor, say):  # dataset stages run eagerly inside apply()
-        ds = _curate(spec, files, out, par, recorder).materialize()
+        try:
+            ds = _curate(spec, files, out, par, recorder).materialize()
+        except DedupIndexError as exc:
+            raise JobError(str(exc)) from None
     curated_docs = ds.count()
     curation_s = time.perf_counter() - t0
     say(f"curation done: {curated_docs} documents kept in {curation_s:.1f}s")

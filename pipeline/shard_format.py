@@ -162,12 +162,17 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str) -> Manifest:
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("malformed manifest: not a JSON object")
         data.pop("total_samples", None)
         data.pop("total_tokens", None)
         if data.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"unsupported shard format version {data.get('format_version')}")
-        data["shards"] = [ShardInfo(**s) for s in data["shards"]]
-        return cls(**data)
+        try:
+            data["shards"] = [ShardInfo(**s) for s in data["shards"]]
+            return cls(**data)
+        except (TypeError, KeyError) as exc:
+            raise ValueError(f"malformed manifest: {exc}") from None
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Manifest:

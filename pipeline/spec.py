@@ -152,11 +152,25 @@ def parse_spec(data: Any, check_inputs: bool = True) -> JobSpec:
             for i, inp in enumerate(spec.inputs)
             if not expand_inputs([inp])
         ]
+        missing.extend(_preflight_stages(spec))
         if spec.tokenizer.path and not Path(spec.tokenizer.path).is_file():
             missing.append(f"tokenizer.path: no such file {spec.tokenizer.path!r}")
         if missing:
             raise SpecError("\n".join(missing))
     return spec
+
+
+def _preflight_stages(spec: JobSpec) -> list[str]:
+    from pipeline.stages import STAGES, StageContext
+
+    problems = []
+    for i, stage in enumerate(spec.stages):
+        cls = STAGES[stage.type]
+        try:
+            cls(spec.stage_params(i), StageContext(spec.name, spec.output.path, i + 1, "")).preflight()
+        except ValueError as exc:
+            problems.append(f"stages.{i}.params.{exc}")
+    return problems
 
 
 def load_spec(path: str | Path, check_inputs: bool = True) -> JobSpec:

@@ -43,7 +43,7 @@ class ReadFiles:
                     rejects.append(reject_row(item.doc, item.reason, item.detail))
                 else:
                     docs.append(item)
-                if len(docs) >= READ_BATCH:
+                if len(docs) + len(rejects) >= READ_BATCH:
                     yield self._flush(docs, rejects, dropped, t0)
                     docs, rejects, dropped, t0 = [], [], Counter(), time.perf_counter()
             if docs or rejects:

@@ -63,7 +63,8 @@ class TokenizerInfo:
         if pad is None:
             pad = eos if eos is not None else 0
         return cls(
-            vocab_size=tok.get_vocab_size(with_added_tokens=True),
+            # ids, not a count: a loaded tokenizer may place added tokens at sparse, high ids
+            vocab_size=max(tok.get_vocab(with_added_tokens=True).values()) + 1,
             bos_id=bos,
             eos_id=eos,
             pad_id=pad,

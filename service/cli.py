@@ -26,21 +26,23 @@ def _progress(msg: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pipeline.spec import SpecError, load_spec
+    from pipeline.spec import SpecError, load_spec, parse_spec
 
     try:
         spec = load_spec(args.spec)
     except SpecError as exc:
         return _err(str(exc))
-    updates: dict[str, Any] = {}
-    if args.parallelism:
-        updates["parallelism"] = args.parallelism
+    data = spec.model_dump()
+    if args.parallelism is not None:
+        data["execution"]["parallelism"] = args.parallelism
     if args.address:
-        updates["address"] = args.address
-    if updates:
-        spec = spec.model_copy(update={"execution": spec.execution.model_copy(update=updates)})
+        data["execution"]["address"] = args.address
     if args.overwrite:
-        spec = spec.model_copy(update={"output": spec.output.model_copy(update={"overwrite": True})})
+        data["output"]["overwrite"] = True
+    try:  # validated again, so a flag gets the same checks as the spec field it overrides
+        spec = parse_spec(data, check_inputs=False)
+    except SpecError as exc:
+        return _err(str(exc))
     return _run(spec)
 
 

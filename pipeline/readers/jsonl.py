@@ -47,7 +47,7 @@ def parse_line(
         text = text[1:]
     try:
         record = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, and e.g. an integer over 4300 digits
         return drop(path, file_index, record_index, "bad_json", line, error=error_text(exc))
     if not isinstance(record, dict):
         return drop(path, file_index, record_index, "not_an_object", line, type=type(record).__name__)

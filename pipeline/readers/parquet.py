@@ -25,11 +25,28 @@ def read_parquet(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | 
     with pf:
         try:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-                for row in batch.to_pylist():
-                    yield record_doc(file_index, path, spec, record_index, _row_text(row, spec), row)
+                for row in _rows(batch):
+                    if isinstance(row, Exception):
+                        yield drop(path, file_index, record_index, "bad_record:unconvertible", error=error_text(row))
+                    else:
+                        yield record_doc(file_index, path, spec, record_index, _row_text(row, spec), row)
                     record_index += 1
         except (OSError, pa.ArrowException) as exc:
             yield drop(path, file_index, record_index, "unreadable_file", error=error_text(exc))
+
+
+def _rows(batch: pa.RecordBatch) -> list[dict | Exception]:
+    """The batch as Python rows; a value Python cannot hold (a timestamp past year 9999) costs only its row."""
+    try:
+        return batch.to_pylist()
+    except (OverflowError, ValueError, pa.ArrowException):
+        rows: list[dict | Exception] = []
+        for i in range(batch.num_rows):
+            try:
+                rows.append(batch.slice(i, 1).to_pylist()[0])
+            except (OverflowError, ValueError, pa.ArrowException) as exc:
+                rows.append(exc)
+        return rows
 
 
 def _row_text(row: dict, spec: InputSpec) -> str:

@@ -32,7 +32,7 @@ def read_sft(file_index: int, path: str, spec: InputSpec, fmt: str) -> Iterator[
         except RecordError as exc:
             yield drop(path, file_index, record_index, f"bad_record:{exc}", raw, doc_id)
             continue
-        except (KeyError, IndexError, ValueError) as exc:  # a template naming an unknown placeholder
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:  # a template that cannot render
             yield drop(path, file_index, record_index, "bad_record:bad_template", raw, doc_id, error=str(exc))
             continue
         text = "".join(t for t, _ in segments)

@@ -64,6 +64,10 @@ class Stage:
     def setup(self) -> None:
         """Load models or build indexes once per worker, not once per batch."""
 
+    def preflight(self) -> None:
+        """Checks that need the filesystem (a model file, an earlier index), run when the spec is
+        validated so a bad path is refused before any work; raise ValueError naming the param."""
+
     def process(self, docs: list[Doc]) -> Iterable[Doc | Drop]:
         raise NotImplementedError
 
@@ -97,6 +101,9 @@ class DatasetStage:
     def __init__(self, params: BaseModel, ctx: StageContext):
         self.params = params
         self.ctx = ctx
+
+    def preflight(self) -> None:
+        """As :meth:`Stage.preflight`."""
 
     def apply(self, ds: Any, recorder: Any) -> Any:
         """Return the dataset without the dropped documents.

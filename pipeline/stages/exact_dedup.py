@@ -125,6 +125,9 @@ class ExactDedup(DatasetStage):
     def index_params(self) -> dict[str, Any]:
         return {"casefold": self.params.casefold, "hash": HASH_NAME}
 
+    def preflight(self) -> None:
+        open_sources(self.params.dedup_against, self.name, self.index_params())
+
     def apply(self, ds: Any, recorder: Any) -> Any:
         p = self.params
         sources = open_sources(p.dedup_against, self.name, self.index_params())

@@ -351,6 +351,9 @@ class NearDedup(DatasetStage):
     Params = NearDedupParams
     reorders = False  # documents are removed in place: blocks keep their order
 
+    def preflight(self) -> None:
+        open_sources(self.params.dedup_against, self.name, NearConfig.from_params(self.params).index_params())
+
     def apply(self, ds: Any, recorder: Any) -> Any:
         p = self.params
         cfg = NearConfig.from_params(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Iterator
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -13,7 +14,7 @@ from pipeline.stages.base import Doc, Drop, Stage
 
 class NormalizeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    form: str = "NFC"
+    form: Literal["NFC", "NFD", "NFKC", "NFKD"] = "NFC"
     strip: bool = True
 
 
