@@ -205,7 +205,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--modes", nargs="*", default=["eager", "compile"])
-    ap.add_argument("--budget-s", type=float, default=420, help="skip speed runs after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=300, help="skip speed runs after this many seconds")
     args = ap.parse_args()
     t_start = time.perf_counter()
 
@@ -261,6 +261,8 @@ def main() -> None:
                 runs.append(r)
                 continue
             runs.append(r)
+            # one line per finished run, so a run cut short by the device's time limit still reports
+            print(json.dumps({"bench": "gpu_check_partial", **r}), flush=True)
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -74,11 +74,13 @@ def test_ranks_get_equal_disjoint_whole_batches(shardset, workers):
     assert len(a) == len(b) == 48 and len(set(a)) == 48 and not set(a) & set(b)
 
 
-def test_wrap_gives_every_sample(shardset):
+@pytest.mark.parametrize("batch, per_rank", [(4, 52), (5, 55)])
+def test_wrap_gives_every_sample(shardset, batch, per_rank):
     got = []
     for rank in range(2):
-        got += keys(epoch(ShardLoader(str(shardset), 4, rank=rank, world=2, num_workers=0, remainder="wrap")))
-    assert len(got) == 104 and len(set(got)) == N_SAMPLES  # ceil(103 / 2) = 52 each; one wraps round
+        got += keys(epoch(ShardLoader(str(shardset), batch, rank=rank, world=2, num_workers=0, remainder="wrap")))
+    # whole batches covering all 103 samples on 2 ranks: ceil(103 / (2 x batch)) batches each
+    assert len(got) == 2 * per_rank and len(set(got)) == N_SAMPLES
 
 
 def test_shuffle_depends_on_seed_and_epoch_only(shardset):
@@ -223,3 +225,37 @@ def test_fast_shard_reader_matches_the_contract_decoder(shardset, tmp_path):
     writer.close()
     with pytest.raises(ValueError, match="refusing to decode members"):
         read_shard_samples(buf.getvalue())
+
+
+def test_a_download_cut_mid_body_is_retried(shardset):
+    """The first response for every shard stops early (IncompleteRead): the loader retries, same samples."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    served: set[str] = set()
+
+    class Flaky(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if self.path.endswith(".tar") and self.path not in served:
+                served.add(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.write(b"x" * 10)  # then hang up
+                self.close_connection = True
+                return
+            super().do_GET()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Flaky, directory=str(shardset)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        remote = epoch(ShardLoader(url, 4, num_workers=0, shuffle_window=16))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert served and keys(remote) == keys(epoch(ShardLoader(str(shardset), 4, num_workers=0, shuffle_window=16)))

@@ -5,6 +5,10 @@ shards), ``loader-rank<r>.json`` (each rank's loader position) and ``trainer.jso
 config). A checkpoint is written under ``.tmp`` and renamed once every rank has finished, so a
 crash mid-save never leaves a checkpoint that looks complete. The DeepSpeed path stores the engine
 with DeepSpeed's own ``save_checkpoint`` in the same folder layout.
+
+Checkpoints are trusted input: DCP's ``.metadata`` and DeepSpeed's files are pickles that PyTorch
+unpickles on load. Resume only from checkpoints your own runs wrote (``--resume auto`` looks only
+in the run's ``out_dir``), never from a folder someone else handed you.
 """
 
 from __future__ import annotations
@@ -81,12 +85,18 @@ def load(path: str | Path, model, optimizer, engine=None) -> tuple[dict[str, Any
         raise CheckpointError(f"{path}: no loader state for rank {rank}: was it saved with another world size?")
     trainer = json.loads(trainer_file.read_text())
     if engine is not None:
-        load_path, _ = engine.load_checkpoint(str(path), tag="engine")
+        try:
+            load_path, _ = engine.load_checkpoint(str(path), tag="engine")
+        except Exception as exc:  # DeepSpeed raises whatever its loaders raise
+            raise CheckpointError(f"{path}: DeepSpeed could not load the engine state: {exc}") from None
         if load_path is None:
             raise CheckpointError(f"{path}: DeepSpeed could not load the engine state")
     else:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=str(path))
+        try:
+            dcp.load(state, checkpoint_id=str(path))
+        except Exception as exc:  # a damaged or foreign checkpoint: name it rather than dump a traceback
+            raise CheckpointError(f"{path}: cannot load model/optimizer state: {type(exc).__name__}: {exc}") from None
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     return trainer, json.loads(loader_file.read_text())

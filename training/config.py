@@ -30,7 +30,7 @@ class DataConfig(Strict):
     shuffle: bool = True
     shuffle_window: int = Field(4096, ge=1)
     remainder: Literal["drop", "wrap"] = "drop"
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers, e.g. an API key")
 
 
@@ -74,7 +74,7 @@ class CheckpointConfig(Strict):
 
 class TrainConfig(Strict):
     out_dir: str = "runs/train"
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelSection = Field(default_factory=ModelSection)
     optim: OptimConfig = Field(default_factory=OptimConfig)

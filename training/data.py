@@ -7,7 +7,7 @@ three by planning each epoch up front from the manifest alone:
 1. the shards are put in an order drawn from ``(seed, epoch)``; their samples, in that order, form
    the epoch's sequence of ``N`` samples;
 2. each rank gets a contiguous slice of ``N // world`` samples (``remainder="drop"``) or
-   ``ceil(N / world)`` samples wrapping round to the start (``"wrap"``), cut into whole batches,
+   enough whole batches to cover every sample, wrapping round to the start (``"wrap"``),
    so every rank runs exactly the same number of steps;
 3. each DataLoader worker gets a contiguous block of the rank's batches (it reads only the shards
    under its block), and the DataLoader's round-robin over workers fixes the batch order;
@@ -22,6 +22,8 @@ only ``.npy`` / ``.json`` members are ever decoded (``pipeline.shard_format``).
 from __future__ import annotations
 
 import hashlib
+import http.client
+import signal
 import tarfile
 import time
 import urllib.error
@@ -90,7 +92,7 @@ class ShardSource:
                 if exc.code < 500:  # 404, 401...: retrying will not help
                     raise LoaderError(f"{relpath}: HTTP {exc.code} {exc.reason} from {url}") from None
                 last = f"HTTP {exc.code} {exc.reason}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, http.client.HTTPException) as exc:
                 last = str(getattr(exc, "reason", exc))
             if attempt < self.retries:
                 time.sleep(min(0.5 * 2**attempt, 5.0))
@@ -153,7 +155,10 @@ class EpochPlan:
         ordered = counts[self.order]
         self.starts = np.concatenate([[0], np.cumsum(ordered)])
         self.total = int(self.starts[-1])
-        per_rank = self.total // world if cfg.remainder == "drop" else -(-self.total // world)
+        if cfg.remainder == "drop":
+            per_rank = self.total // world
+        else:  # whole batches that cover every sample, positions wrapping round to the start
+            per_rank = -(-self.total // (world * cfg.batch_size)) * cfg.batch_size
         self.batches = per_rank // cfg.batch_size
         if self.batches == 0:
             raise LoaderError(f"the shard set has {self.total} samples: too few for {world} rank(s) x "
@@ -383,6 +388,7 @@ class ShardLoader:
         return torch.utils.data.DataLoader(
             stream, batch_size=None, num_workers=nw, pin_memory=self.pin_memory,
             prefetch_factor=4 if nw else None, persistent_workers=False,
+            worker_init_fn=_ignore_sigterm if nw else None,
         )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -437,3 +443,9 @@ class ShardLoader:
             raise LoaderError("cannot resume the loader: the checkpoint was made with different settings: "
                               + ", ".join(diff))
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
+
+
+def _ignore_sigterm(_worker_id: int) -> None:
+    """torchrun sends SIGTERM to the whole process group: a worker killed by it would crash the rank
+    (SIGCHLD -> RuntimeError) before the trainer checkpoints; the trainer handles the signal."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -39,6 +39,8 @@ def device_peak_flops(device: torch.device, override: float | None = None) -> fl
         if key in name.replace(" ", ""):
             if key == "H100" and "PCIE" in name:
                 return 756e12  # H100 PCIe's dense bf16 peak is lower than SXM's
+            if key in ("H100", "H200") and "NVL" in name:
+                return 835e12  # the NVL (PCIe card) parts run at lower clocks than SXM
             return PEAK_BF16_FLOPS[key]
     return None
 
