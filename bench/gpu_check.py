@@ -5,13 +5,16 @@
    with grouped-query attention too; and a torch.compile'd model against the eager one.
 2. Speed: tokens/s and MFU of real training steps (FSDP2 with bf16 params / fp32 reduce, AdamW,
    clipping, the trainer's loss) for the ~125M and ~350M presets at seq_len 2048, on packed batches
-   with document masking, eager and compiled. MFU = 6N + attention FLOPs per token over the
-   device's dense bf16 peak (H100/H200: 989 TFLOP/s); the goal is >= 40%.
+   with document masking: eager, compiled (whole blocks, attention in the graph, as the trainer's
+   ``parallel.compile`` does), and variants (dense parts only; no FSDP wrapper; larger batches).
+   MFU = 6N + attention FLOPs per token over the device's dense bf16 peak (H100/H200:
+   989 TFLOP/s); the goal is >= 40%. The measured 8192^3 bf16 matmul rate is printed beside it.
 
-Prints a table and ends with one JSON line. Sized to finish in ~6-8 minutes on one H200
-(``--budget-s`` skips the remaining speed runs when time is short). ``--device cpu --sizes tiny
---seq-len 128 --steps 2`` runs the same code paths on a CPU, as a smoke test of the script itself.
-Needs only torch (CUDA build) and numpy.
+Prints a table and ends with one JSON line (``--json`` also writes it to a file after every run).
+Runs go in the order of ``--runs`` (most wanted first); ``--budget-s`` starts no run after that
+many seconds, so a short device lease still reports the important ones. ``--device cpu --runs
+tiny:eager:2 tiny:compile:2 --seq-len 128 --steps 2`` runs the same code paths on a CPU, as a smoke
+test of the script itself. Needs torch (a CUDA build), numpy, pyyaml and pydantic.
 """
 
 from __future__ import annotations
@@ -93,14 +96,14 @@ def check_backends(device: torch.device, seq_len: int) -> dict[str, dict]:
     return results
 
 
-def check_compile(device: torch.device, backend: str, seq_len: int) -> dict:
+def check_compile(device: torch.device, backend: str, seq_len: int, whole: bool = True) -> dict:
     """A compiled model gives the eager model's loss and gradients (same weights, same batch)."""
     cfg = ModelConfig(vocab_size=1024, dim=256, n_layers=2, n_heads=4, max_seq_len=seq_len)
     torch.manual_seed(0)
     eager = Llama(cfg, backend).to(device)
     compiled = Llama(cfg, backend).to(device)
     compiled.load_state_dict(eager.state_dict())
-    compiled.compile_blocks()
+    compiled.compile_blocks(whole=whole)
     rng = np.random.default_rng(1)
     results = []
     for _ in range(2):  # two different segment layouts: the second must not need a recompile to be right
@@ -125,18 +128,33 @@ def check_compile(device: torch.device, backend: str, seq_len: int) -> dict:
 # ------------------------------------------------------------------------------------------ speed
 
 
+MODES = {
+    # name: (compile, whole blocks, FSDP2)
+    "eager": (False, False, True),
+    "compile": (True, True, True),  # what `parallel.compile: true` does: whole blocks, attention in graph
+    "compile-pieces": (True, False, True),  # dense parts only, attention called eagerly in between
+    "compile-nofsdp": (True, True, False),  # plain autocast bf16, no FSDP wrapper (one GPU)
+}
+
+
 def train_speed(device: torch.device, size: str, seq_len: int, micro_batch: int, steps: int, warmup: int,
-                compile_model: bool, backend: str, vocab: int) -> dict:
+                mode: str, backend: str, vocab: int) -> dict:
     from training.config import OptimConfig
+    from training.model import compiled_token_loss_sum
     from training.parallel import apply_fsdp
     from training.train import lr_at, make_optimizer
 
+    compile_model, whole, fsdp = MODES[mode]
     cfg = ModelConfig(vocab_size=vocab, max_seq_len=seq_len, **PRESETS[size])
     torch.manual_seed(0)
     model = Llama(cfg, backend).to(device)
+    loss_fn = token_loss_sum
     if compile_model:
-        model.compile_blocks()
-    model = apply_fsdp(model, "bf16", reshard_after_forward=False)
+        model.compile_blocks(whole=whole)
+        loss_fn = compiled_token_loss_sum()
+    if fsdp:
+        model = apply_fsdp(model, "bf16", reshard_after_forward=False)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=not fsdp)
     opt_cfg = OptimConfig(lr=3e-4, warmup_steps=10, max_steps=1000)
     optimizer = make_optimizer(model, opt_cfg)
     rng = np.random.default_rng(2)
@@ -157,13 +175,18 @@ def train_speed(device: torch.device, size: str, seq_len: int, micro_batch: int,
         for g in optimizer.param_groups:
             g["lr"] = lr_at(i + 1, opt_cfg)
         valid = (labels != -100).sum().clamp(min=1)
-        loss = token_loss_sum(model(ids, pos, mask), labels) / valid
+        with autocast:
+            logits = model(ids, pos, mask)
+        loss = loss_fn(logits, labels) / valid
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -181,11 +204,14 @@ def train_speed(device: torch.device, size: str, seq_len: int, micro_batch: int,
     peak = device_peak_flops(device)
     fpt = cfg.flops_per_token(seq_len)
     result = {
-        "model": size, "params_m": round(cfg.num_params() / 1e6, 1), "compile": compile_model, "backend": backend,
+        "model": size, "params_m": round(cfg.num_params() / 1e6, 1), "mode": mode, "backend": backend,
         "micro_batch": micro_batch, "seq_len": seq_len, "step_s": secs / steps, "warmup_s": warm_s,
         "tokens_per_s": processed / secs, "real_tokens_per_s": real / secs,
         "tflops": processed * fpt / secs / 1e12, "mfu": (processed * fpt / secs / peak) if peak else None,
         "loss_first": float(losses[0]), "loss_last": float(losses[-1]),
+        # graphs compiled over all steps: a count that grows with the number of batches would mean
+        # a recompile per segment layout
+        "graphs_compiled": int(counters["stats"]["unique_graphs"]),
     }
     if device.type == "cuda":
         result["mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -195,18 +221,51 @@ def train_speed(device: torch.device, size: str, seq_len: int, micro_batch: int,
 # ------------------------------------------------------------------------------------------- main
 
 
+def matmul_ceiling(device: torch.device) -> float | None:
+    """Measured dense bf16 TFLOP/s of one large random matmul: what MFU's peak is next to."""
+    if device.type != "cuda":
+        return None
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * 8192**3 * 10 / (start.elapsed_time(end) / 1e3) / 1e12
+
+
+def parse_plan(items: list[str]) -> list[tuple[str, str, int]]:
+    """``size:mode:micro_batch`` entries, run in the order given (most wanted first)."""
+    plan = []
+    for item in items:
+        size, mode, mb = item.split(":")
+        if size not in PRESETS or mode not in MODES:
+            raise SystemExit(f"bad run {item!r}: size in {sorted(PRESETS)}, mode in {sorted(MODES)}")
+        plan.append((size, mode, int(mb)))
+    return plan
+
+
+DEFAULT_PLAN = ["125m:compile:16", "350m:compile:16", "125m:eager:16", "350m:eager:16",
+                "125m:compile:32", "125m:compile-nofsdp:16", "125m:compile-pieces:16", "350m:compile:32"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--sizes", nargs="*", default=["125m", "350m"])
+    ap.add_argument("--runs", nargs="*", default=DEFAULT_PLAN, help="size:mode:micro_batch, most wanted first")
     ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--micro-batch", type=int, nargs="*", default=[16, 8], help="per size, in order")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--modes", nargs="*", default=["eager", "compile"])
-    ap.add_argument("--budget-s", type=float, default=300, help="skip speed runs after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=300, help="start no speed run after this many seconds")
+    ap.add_argument("--json", default=None, help="also write the final JSON here (rewritten after every run)")
+    ap.add_argument("--skip-checks", action="store_true", help="speed runs only (no backend/compile checks)")
     args = ap.parse_args()
+    plan = parse_plan(args.runs)
     t_start = time.perf_counter()
 
     device = torch.device(args.device)
@@ -220,67 +279,93 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = device_peak_flops(device)
     backend = select_backend(device)
+    ceiling = matmul_ceiling(device)
     print(f"device {name}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-          f"peak bf16 {peak / 1e12 if peak else float('nan'):.0f} TFLOP/s")
+          f"peak bf16 {peak / 1e12 if peak else float('nan'):.0f} TFLOP/s, measured 8192^3 matmul "
+          f"{ceiling or float('nan'):.0f} TFLOP/s")
     print(f"attention backends: {available_backends(device)}; trainer default: {backend}")
+    report: dict = {"bench": "gpu_check", "device": name, "torch": torch.__version__, "backend": backend,
+                    "peak_tflops": peak / 1e12 if peak else None, "matmul_tflops": ceiling, "goal": GOAL_MFU}
 
-    print(f"\n== attention backends vs fp32 reference (bf16, fwd + bwd, seq {args.seq_len}) ==")
-    backends = check_backends(device, args.seq_len)
+    def save() -> None:
+        report["seconds"] = round(time.perf_counter() - t_start, 1)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+
+    print(f"\n== attention backends vs fp32 reference (bf16, fwd + bwd, seq {args.seq_len}) ==", flush=True)
+    backends = {} if args.skip_checks else check_backends(device, args.seq_len)
     for k, v in backends.items():
         detail = f"max err {v['max_err']:.3g}" if "max_err" in v else v.get("error", "")
         print(f"  {k:<16} {'OK ' if v['ok'] else 'FAIL'}  {detail}")
-    try:
-        compiled = check_compile(device, backend, min(args.seq_len, 512))
-    except Exception as exc:
-        compiled = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-    verdict = "OK" if compiled["ok"] else "FAIL"
-    print(f"  compiled model vs eager: {verdict} {compiled.get('runs', compiled.get('error'))}")
+    report.update(backends_ok=all(v["ok"] for v in backends.values()), backends=backends)
+    save()
+    compiled = {}
+    for whole in (True, False):
+        key = "whole" if whole else "pieces"
+        if args.skip_checks:
+            compiled[key] = {"ok": True, "skipped": True}
+            continue
+        try:
+            compiled[key] = check_compile(device, backend, min(args.seq_len, 512), whole)
+        except Exception as exc:
+            traceback.print_exc(limit=4)
+            compiled[key] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+        verdict = "OK" if compiled[key]["ok"] else "FAIL"
+        print(f"  compiled model ({key}) vs eager: {verdict} {compiled[key].get('runs', compiled[key].get('error'))}",
+              flush=True)
+    report.update(compile_ok=compiled["whole"]["ok"], compile=compiled)
+    save()
 
-    print("\n== training step speed (FSDP2 bf16, AdamW, doc-masked packed batches) ==")
-    print(f"{'model':<6}{'params':>8}{'mode':>9}{'mb':>4}{'step s':>9}{'tok/s':>12}{'TFLOP/s':>9}"
-          f"{'MFU':>7}{'mem GB':>8}")
+    print("\n== training step speed (bf16, AdamW, clipping, doc-masked packed batches) ==")
+    header = (f"{'model':<6}{'params':>8}{'mode':>16}{'mb':>4}{'step s':>9}{'tok/s':>12}{'TFLOP/s':>9}"
+              f"{'MFU':>7}{'mem GB':>8}")
+    print(header, flush=True)
     runs: list[dict] = []
-    for i, size in enumerate(args.sizes):
-        mb = args.micro_batch[min(i, len(args.micro_batch) - 1)]
-        for mode in args.modes:
-            elapsed = time.perf_counter() - t_start
-            if elapsed > args.budget_s:
-                runs.append({"model": size, "compile": mode == "compile", "skipped": f"budget ({elapsed:.0f}s)"})
-                print(f"{size:<6}{'':>8}{mode:>9}  skipped: time budget")
-                continue
-            try:
-                r = train_speed(device, size, args.seq_len, mb, args.steps, args.warmup, mode == "compile",
-                                backend, args.vocab)
-            except Exception as exc:
-                traceback.print_exc(limit=3)
-                r = {"model": size, "compile": mode == "compile", "error": f"{type(exc).__name__}: "
-                     f"{str(exc).splitlines()[0][:300]}"}
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                print(f"{size:<6}{'':>8}{mode:>9}  error: {r['error']}")
-                runs.append(r)
-                continue
-            runs.append(r)
-            # one line per finished run, so a run cut short by the device's time limit still reports
-            print(json.dumps({"bench": "gpu_check_partial", **r}), flush=True)
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    report["runs"] = runs
+    for size, mode, mb in plan:
+        if mode.startswith("compile") and not compiled["whole" if mode != "compile-pieces" else "pieces"]["ok"]:
+            runs.append({"model": size, "mode": mode, "skipped": "compiled model did not match eager"})
+            continue
+        elapsed = time.perf_counter() - t_start
+        if elapsed > args.budget_s:
+            runs.append({"model": size, "mode": mode, "micro_batch": mb, "skipped": f"budget ({elapsed:.0f}s)"})
+            print(f"{size:<6}{'':>8}{mode:>16}{mb:>4}  skipped: time budget")
+            continue
+        try:
+            r = train_speed(device, size, args.seq_len, mb, args.steps, args.warmup, mode, backend, args.vocab)
+        except Exception as exc:
+            traceback.print_exc(limit=4)
+            r = {"model": size, "mode": mode, "micro_batch": mb,
+                 "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            print(f"{size:<6}{'':>8}{mode:>16}{mb:>4}  error: {r['error']}")
+        runs.append(r)
+        # one line per finished run, so a run cut short by the device's time limit still reports
+        print(json.dumps({"bench": "gpu_check_partial", **r}), flush=True)
+        gc.collect()
+        if device.type == "cuda":
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
+        if "error" not in r:
             mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-            print(f"{size:<6}{r['params_m']:>7.0f}M{mode:>9}{mb:>4}{r['step_s']:>9.3f}{r['tokens_per_s']:>12,.0f}"
-                  f"{r['tflops']:>9.1f}{mfu:>7}{r.get('mem_gb', 0):>8.1f}")
+            print(f"{size:<6}{r['params_m']:>7.0f}M{mode:>16}{mb:>4}{r['step_s']:>9.3f}{r['tokens_per_s']:>12,.0f}"
+                  f"{r['tflops']:>9.1f}{mfu:>7}{r.get('mem_gb', 0):>8.1f}", flush=True)
+        best = {}
+        for sz in dict.fromkeys(p[0] for p in plan):
+            mfus = [x["mfu"] for x in runs if x.get("model") == sz and x.get("mfu") is not None]
+            best[sz] = max(mfus) if mfus else None
+        report.update(best_mfu=best, mfu=min((v for v in best.values() if v is not None), default=None))
+        save()
 
-    best = {}
-    for size in args.sizes:
-        mfus = [r["mfu"] for r in runs if r.get("model") == size and r.get("mfu") is not None]
-        best[size] = max(mfus) if mfus else None
-    print(json.dumps({
-        "bench": "gpu_check", "device": name, "torch": torch.__version__, "backend": backend,
-        "backends_ok": all(v["ok"] for v in backends.values()), "backends": backends,
-        "compile_ok": compiled["ok"], "runs": runs,
-        "best_mfu": best, "mfu": min((v for v in best.values() if v is not None), default=None),
-        "goal": GOAL_MFU, "seconds": round(time.perf_counter() - t_start, 1),
-    }))
+    print("\n" + header)
+    for r in runs:
+        if "tokens_per_s" in r:
+            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+            print(f"{r['model']:<6}{r['params_m']:>7.0f}M{r['mode']:>16}{r['micro_batch']:>4}{r['step_s']:>9.3f}"
+                  f"{r['tokens_per_s']:>12,.0f}{r['tflops']:>9.1f}{mfu:>7}{r.get('mem_gb', 0):>8.1f}")
+        else:
+            print(f"{r['model']:<6}{'':>8}{r['mode']:>16}  {r.get('error') or r.get('skipped')}")
+    save()
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ This module imports only torch (flash-attn lazily), so ``kernels.attention`` sta
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from dataclasses import dataclass, field
 
@@ -73,6 +74,18 @@ class DocMask:
             self._cache["dense"] = (same & causal).unsqueeze(1)
         return self._cache["dense"]
 
+    def prepare(self, backend: str) -> DocMask:
+        """Build what ``backend`` needs from the layout once, outside any compiled region, so that
+        compiled blocks only read it. Under torch.compile the number of segments varies per batch:
+        it is marked dynamic so a new layout does not recompile."""
+        if backend in ("flash_attn", "varlen"):
+            torch._dynamo.maybe_mark_dynamic(self.cu_seqlens, 0)
+        elif backend == "flex":
+            self.block_mask()
+        elif backend in ("sdpa", "reference"):
+            self.dense()
+        return self
+
     def block_mask(self):
         if "block" not in self._cache:
             from torch.nn.attention.flex_attention import create_block_mask
@@ -88,7 +101,22 @@ class DocMask:
         return self._cache["block"]
 
 
-@functools.cache
+def _once(find):
+    """Cache a lookup in a plain list rather than functools.cache: the lookups run first in eager
+    code (backend selection), and a compiled block then only reads the list, which Dynamo traces
+    without warning about a cache wrapper it cannot honour."""
+    found: list = []
+
+    @functools.wraps(find)
+    def get():
+        if not found:
+            found.append(find())
+        return found[0]
+
+    return get
+
+
+@_once
 def _flash_attn_func():
     try:
         from flash_attn import flash_attn_varlen_func
@@ -97,12 +125,26 @@ def _flash_attn_func():
     return flash_attn_varlen_func
 
 
-def _torch_varlen_ok(device: torch.device) -> bool:
-    if device.type != "cuda":
-        return False
+@_once
+def _torch_varlen():
+    """PyTorch's varlen entry point and how to ask it for causal attention: ``window_size=(-1, 0)``
+    from 2.11 on, ``is_causal=True`` in 2.10; ``enable_gqa`` only where the signature has it."""
     try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+        from torch.nn.attention.varlen import varlen_attn
     except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    if "window_size" in params:
+        causal = {"window_size": (-1, 0)}
+    elif "is_causal" in params:
+        causal = {"is_causal": True}
+    else:
+        return None
+    return varlen_attn, causal, "enable_gqa" in params
+
+
+def _torch_varlen_ok(device: torch.device) -> bool:
+    if device.type != "cuda" or _torch_varlen() is None:
         return False
     return torch.cuda.get_device_capability(device)[0] >= 8
 
@@ -156,21 +198,28 @@ def doc_attention(
         raise ValueError(f"query heads {h} not a multiple of key/value heads {hkv}")
     gqa = h != hkv
     if backend in ("flash_attn", "varlen"):
-        qf, kf, vf = (t.reshape(b * s, t.shape[2], d) for t in (q, k, v))
         cu = mask.cu_seqlens
+        # under torch.compile the row length, a valid bound (segments never cross rows), stands in
+        # for the per-batch maximum, which would otherwise recompile the graph for every new value
+        max_len = s if torch.compiler.is_compiling() else mask.max_seqlen
         if backend == "flash_attn":
-            out = _flash_attn_func()(qf, kf, vf, cu, cu, mask.max_seqlen, mask.max_seqlen, causal=True)
+            qf, kf, vf = (t.reshape(b * s, t.shape[2], d) for t in (q, k, v))
+            out = _flash_attn_func()(qf, kf, vf, cu, cu, max_len, max_len, causal=True)
         else:
-            from torch.nn.attention.varlen import varlen_attn
-
-            out = varlen_attn(qf, kf, vf, cu, cu, mask.max_seqlen, mask.max_seqlen,
-                              window_size=(-1, 0), enable_gqa=gqa)
+            varlen_attn, causal, has_gqa = _torch_varlen()
+            if gqa and not has_gqa:
+                k, v = (t.repeat_interleave(h // hkv, dim=2) for t in (k, v))
+            qf, kf, vf = (t.reshape(b * s, t.shape[2], d) for t in (q, k, v))
+            extra = {"enable_gqa": True} if gqa and has_gqa else {}
+            out = varlen_attn(qf, kf, vf, cu, cu, max_len, max_len, **causal, **extra)
         return out.view(b, s, h, d)
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
     if backend == "flex":
         from torch.nn.attention.flex_attention import flex_attention
 
-        fn = _compiled_flex() if q.is_cuda else flex_attention
+        # inside a compiled block the plain function is traced into the graph; eager CUDA calls go
+        # through a compiled wrapper (eager FlexAttention materializes the scores)
+        fn = _compiled_flex() if q.is_cuda and not torch.compiler.is_compiling() else flex_attention
         out = fn(qt, kt, vt, block_mask=mask.block_mask(), enable_gqa=gqa)
     elif backend == "sdpa":
         out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask.dense(), enable_gqa=gqa)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -174,7 +175,8 @@ def _preflight_stages(spec: JobSpec) -> list[str]:
 
 
 def load_spec(path: str | Path, check_inputs: bool = True) -> JobSpec:
-    """Load a spec from a YAML or JSON file; relative input/output paths resolve against its folder."""
+    """Load a spec from a YAML or JSON file; relative paths (inputs, tokenizer, output, stage path
+    params such as ``dedup_against``) resolve against its folder."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -189,11 +191,45 @@ def load_spec(path: str | Path, check_inputs: bool = True) -> JobSpec:
         base = path.resolve().parent
         for inp in data.get("inputs") or []:
             if isinstance(inp, dict) and isinstance(inp.get("path"), str):
-                inp["path"] = str(base / inp["path"])
+                inp["path"] = _under(base, inp["path"])
         tok = data.get("tokenizer")
         if isinstance(tok, dict) and isinstance(tok.get("path"), str):
-            tok["path"] = str(base / tok["path"])
+            tok["path"] = _under(base, tok["path"])
         out = data.get("output")
         if isinstance(out, dict) and isinstance(out.get("path"), str):
-            out["path"] = str(base / out["path"])
+            out["path"] = _under(base, out["path"])
+        _resolve_stage_paths(data.get("stages"), base)
     return parse_spec(data, check_inputs=check_inputs)
+
+
+def _under(base: Path, path: str) -> str:
+    """``path`` as written in a spec file: ``~`` is the user's home, a relative path is below the
+    spec's folder, an absolute one stays as it is."""
+    return str(base / os.path.expanduser(path))
+
+
+def _resolve_stage_paths(stages: Any, base: Path) -> None:
+    """Resolve each stage's path params (``Stage.path_params``, e.g. ``dedup_against``) against ``base``.
+
+    Absolute paths stay as they are (``base / "/abs"`` is ``/abs``); an empty string keeps meaning "none".
+    Anything malformed is left alone for validation to report.
+    """
+    from pipeline.stages import STAGES
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str):
+            return _under(base, value) if value else value
+        if isinstance(value, list):
+            return [resolve(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    for stage in stages if isinstance(stages, list) else []:
+        if not isinstance(stage, dict) or not isinstance(stage.get("type"), str):
+            continue
+        params = stage.get("params")
+        cls = STAGES.get(stage["type"])
+        if cls is None or not isinstance(params, dict):
+            continue
+        for key in cls.path_params:
+            if key in params:
+                params[key] = resolve(params[key])

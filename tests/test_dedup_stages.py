@@ -253,6 +253,43 @@ def test_near_dedup_against_a_published_output(ray_local: Any, tmp_path: Path) -
         NearDedup(NearDedupParams(threshold=0.7, num_perm=64, dedup_against=str(first)), ctx("")).apply(None, None)
 
 
+def test_refresh_from_a_spec_file_with_a_relative_dedup_against(ray_local: Any, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dedup_against: ../earlier_out`` in a spec file means next to the spec's folder, whatever the
+    working directory: the spec loads (its preflight finds both indexes) and the refresh drops repeats."""
+    import yaml
+
+    from pipeline.spec import load_spec
+
+    rng = random.Random(4)
+    old = [random_text(rng, 60) for _ in range(8)]
+    earlier = tmp_path / "runs" / "earlier_out"
+    rows = [doc(0, i, t, f"old{i}") for i, t in enumerate(old)]
+    run_stage(ray_local, ExactDedup(ExactDedupParams(), ctx(earlier)), rows, tmp_path / "r1")
+    run_stage(ray_local, NearDedup(NearDedupParams(threshold=0.7), ctx(earlier)), rows, tmp_path / "r2")
+    specs = tmp_path / "runs" / "specs"
+    specs.mkdir()
+    (specs / "new.jsonl").write_text('{"text": "new"}\n')
+    (specs / "refresh.yaml").write_text(yaml.safe_dump({
+        "name": "refresh", "inputs": [{"path": "new.jsonl"}], "output": {"path": "../refresh_out"},
+        "stages": [{"type": "exact_dedup", "params": {"dedup_against": "../earlier_out"}},
+                   {"type": "near_dedup", "params": {"threshold": 0.7, "dedup_against": ["../earlier_out"]}}],
+    }))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+
+    spec = load_spec(Path("..") / "runs" / "specs" / "refresh.yaml")
+    assert Path(spec.stage_params(0).dedup_against).resolve() == earlier.resolve()
+    assert [Path(p).resolve() for p in spec.stage_params(1).dedup_against] == [earlier.resolve()]
+    out = Path(spec.output.path)
+    stage = ExactDedup(spec.stage_params(0), ctx(out))
+    kept, _, rejected = run_stage(ray_local, stage, [doc(0, 0, old[3], "again"), doc(0, 1, random_text(rng), "new")],
+                                  out)
+    assert [r["id"] for r in kept] == ["new"]
+    assert {r["id"]: (r["reason"], r["detail"]["kept_id"]) for r in rejected} == {
+        "again": ("exact_duplicate_of_published", "old3")}
+
+
 def test_documents_without_words_are_never_matched(ray_local: Any, tmp_path: Path) -> None:
     rows = [doc(0, i, t) for i, t in enumerate(["...", "!!!", "--", "", "   "])]
     kept, stats, _ = run_stage(ray_local, NearDedup(NearDedupParams(write_index=False), ctx("")), rows, tmp_path)

@@ -166,6 +166,26 @@ def test_instruction_records_get_a_loss_mask(ray_local, tmp_path):
         assert answer.startswith("The sum is ")
 
 
+def test_same_named_text_files_get_distinct_ids_on_every_run(ray_local, tmp_path):
+    """Two ``doc.txt`` in two subfolders of one input: two ids (the path below the input), the same on
+    every run and wherever the corpus lies, so the shards (meta.json holds the ids) are identical."""
+    import random
+
+    from pipeline.inspect_shards import iter_samples
+
+    runs = []
+    for where in ("here", "there/deeper"):
+        folder = tmp_path / where / "txt"
+        for sub in ("a", "b"):
+            (folder / sub).mkdir(parents=True)
+            (folder / sub / "doc.txt").write_text(make_text(random.Random(sub), 80))
+        runs.append(run_job(_spec(str(folder), tmp_path / where / "out")))
+    ids = [[i for sample in iter_samples(r.output_dir) for i in sample.meta["doc_ids"]] for r in runs]
+    assert sorted(set(ids[0])) == ["a/doc.txt:0", "b/doc.txt:0"]
+    assert ids[0] == ids[1]
+    assert [s.sha256 for s in runs[0].manifest.shards] == [s.sha256 for s in runs[1].manifest.shards]
+
+
 def test_dedup_stages_keep_shards_identical_across_parallelism(ray_local, corpus, tmp_path):
     """The default stage list, with planted exact and near duplicates, is still deterministic."""
     import random

@@ -259,3 +259,22 @@ def test_a_download_cut_mid_body_is_retried(shardset):
         srv.shutdown()
         srv.server_close()
     assert served and keys(remote) == keys(epoch(ShardLoader(str(shardset), 4, num_workers=0, shuffle_window=16)))
+
+
+def test_loader_workers_collect_garbage_and_ignore_sigterm():
+    """Workers fork from a trainer that runs with automatic GC off; they turn it back on, and leave
+    SIGTERM to the trainer (which checkpoints)."""
+    import gc
+    import signal
+
+    from training.data import _worker_init
+
+    before = signal.getsignal(signal.SIGTERM)
+    gc.disable()
+    try:
+        _worker_init(0)
+        assert gc.isenabled()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        gc.enable()
+        signal.signal(signal.SIGTERM, before)

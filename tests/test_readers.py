@@ -247,9 +247,46 @@ def test_text_folder(tmp_path: Path) -> None:
         for item in read_file(file_index, path, spec):
             (drops if isinstance(item, Drop) else docs).append(item)
     assert [d["text"] for d in docs] == ["first document\nwith two lines\n", "compressed text", "second – unicode ✓"]
-    assert [d["id"] for d in docs] == ["a.txt:0", "e.txt.gz:0", "b.md:0"]
+    assert [d["id"] for d in docs] == ["a.txt:0", "e.txt.gz:0", "sub/b.md:0"]  # path below the input folder
     assert [d["ord"] for d in docs] == [0, 3 << 40, 4 << 40]
     assert reasons(drops) == {"invalid_utf8": 1, "empty_text": 1}
+
+
+def _ids(inputs: list[InputSpec]) -> list[str]:
+    return [item.doc["id"] if isinstance(item, Drop) else item["id"]
+            for file_index, spec, path in expand_inputs(inputs) for item in read_file(file_index, path, spec)]
+
+
+def _same_named_files(root: Path) -> None:
+    """``doc.txt`` and ``data.jsonl`` (records without ids) twice each, in two subfolders."""
+    for sub in ("a", "b"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "doc.txt").write_text(f"text file in {sub}")
+        (root / sub / "data.jsonl").write_text(f'{{"text": "record of {sub}"}}\n\n{{"text": "  "}}\n')
+        pq.write_table(pa.table({"text": [f"row of {sub}"]}), root / sub / "rows.parquet")
+
+
+def test_same_named_files_in_subfolders_get_distinct_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids made up for records without one are the path below the input + record index: unique within
+    an input, the same on every run, and free of this machine's paths (they end up in shards)."""
+    root = tmp_path / "one" / "corpus"
+    _same_named_files(root)
+    ids = _ids([InputSpec(path=str(root))])
+    assert ids == ["a/data.jsonl:0", "a/data.jsonl:2", "a/doc.txt:0", "a/rows.parquet:0",
+                   "b/data.jsonl:0", "b/data.jsonl:2", "b/doc.txt:0", "b/rows.parquet:0"]
+    assert _ids([InputSpec(path=str(root))]) == ids  # a second run
+
+    # the same corpus elsewhere (another machine, another checkout) gives the same ids
+    elsewhere = tmp_path / "two" / "deeper" / "corpus"
+    _same_named_files(elsewhere)
+    assert _ids([InputSpec(path=str(elsewhere))]) == ids
+    monkeypatch.chdir(root.parent)  # a relative input (a spec built in code) too
+    assert _ids([InputSpec(path="corpus")]) == _ids([InputSpec(path="./corpus/")]) == ids
+
+    # a glob: the path below its fixed leading folders; a single file: its name
+    assert _ids([InputSpec(path=str(root / "*" / "doc.txt"))]) == ["a/doc.txt:0", "b/doc.txt:0"]
+    assert _ids([InputSpec(path=str(root / "**" / "*.txt"))]) == ["a/doc.txt:0", "b/doc.txt:0"]
+    assert _ids([InputSpec(path=str(root / "b" / "doc.txt"))]) == ["doc.txt:0"]
 
 
 # ---------------------------------------------------------------- WARC / WET

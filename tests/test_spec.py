@@ -100,6 +100,56 @@ def test_missing_tokenizer_file_is_refused_before_work(tmp_path):
         parse_spec(_spec(tmp_path, tokenizer={"path": str(tmp_path / "nope.json")}))
 
 
+def test_relative_dedup_against_resolves_against_the_spec_folder(tmp_path, monkeypatch):
+    """Like inputs: a spec file's relative ``dedup_against`` (str or list) is relative to its folder,
+    absolute ones stay; a spec built in code keeps its paths as given."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    stages = [{"type": "exact_dedup", "params": {"dedup_against": "../earlier"}},
+              {"type": "near_dedup", "params": {"dedup_against": ["../earlier", "/abs/out", ""]}},
+              {"type": "exact_dedup", "params": {"dedup_against": ""}},
+              {"type": "near_dedup"}]
+    (folder / "s.yaml").write_text(yaml.safe_dump(_spec(folder, stages=stages)))
+    spec = load_spec(folder / "s.yaml", check_inputs=False)
+    base = folder.resolve()
+    assert spec.stage_params(0).dedup_against == str(base / "../earlier")
+    assert spec.stage_params(1).dedup_against == [str(base / "../earlier"), "/abs/out", ""]
+    assert spec.stage_params(2).dedup_against == "" and spec.stage_params(3).dedup_against is None
+    in_code = parse_spec(_spec(folder, stages=stages), check_inputs=False)
+    assert in_code.stage_params(0).dedup_against == "../earlier"
+    assert in_code.stage_params(1).dedup_against == ["../earlier", "/abs/out", ""]
+
+
+def test_home_paths_in_a_spec_file_are_the_users_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    spec = _spec(folder, stages=[{"type": "exact_dedup", "params": {"dedup_against": "~/earlier"}}])
+    spec["output"]["path"] = "~/out"
+    (folder / "s.yaml").write_text(yaml.safe_dump(spec))
+    loaded = load_spec(folder / "s.yaml", check_inputs=False)
+    assert loaded.stage_params(0).dedup_against == str(home / "earlier")
+    assert loaded.output.path == str(home / "out")
+
+
+def test_wrong_relative_dedup_against_is_refused_naming_field_and_resolved_path(tmp_path, monkeypatch):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    stages = [{"type": "near_dedup", "params": {"dedup_against": ["../no_such_out"]}}]
+    (folder / "s.yaml").write_text(yaml.safe_dump(_spec(folder, stages=stages)))
+    with pytest.raises(SpecError) as err:
+        load_spec(folder / "s.yaml")
+    assert str(err.value).startswith("stages.0.params.dedup_against:"), str(err.value)
+    assert repr(str(folder.resolve() / "../no_such_out")) in str(err.value)
+    assert len(str(err.value).splitlines()) == 1
+
+
 def test_cli_unwritable_output_and_unreachable_cluster_exit_2(tmp_path):
     (tmp_path / "file").write_text("x")
     for over, field in (

@@ -49,6 +49,7 @@ class OptimConfig(Strict):
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
+    grad_accum: int = Field(1, ge=1, description="micro-batches of data.batch_size per optimizer step")
 
 
 class ParallelConfig(Strict):
@@ -57,7 +58,17 @@ class ParallelConfig(Strict):
     deepspeed_config: str | None = Field(None, description="DeepSpeed JSON (ZeRO stage etc.)")
     attention: str = "auto"
     compile: bool = False
+    compile_attention: bool = Field(True, description="with compile: trace attention into each block's "
+                                    "graph; false compiles only the dense parts (for a torch whose "
+                                    "attention op does not trace)")
     reshard_after_forward: bool = True
+    defer_grad_sync: bool = Field(False, description="with optim.grad_accum > 1 under FSDP2: reduce "
+                                  "gradients once per step instead of per micro-batch (less traffic, "
+                                  "unsharded fp32 gradients held in between)")
+    activation_checkpointing: bool = Field(False, description="recompute each block in backward: activation "
+                                           "memory of one block instead of all, for ~1/3 more compute")
+    gc_every: int = Field(50, ge=0, description="steps between Python garbage collections while training "
+                          "(automatic GC off, so no rank pauses at a random step); 0: Python's automatic GC")
 
 
 class LogConfig(Strict):

@@ -21,6 +21,7 @@ only ``.npy`` / ``.json`` members are ever decoded (``pipeline.shard_format``).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import http.client
 import signal
@@ -388,7 +389,7 @@ class ShardLoader:
         return torch.utils.data.DataLoader(
             stream, batch_size=None, num_workers=nw, pin_memory=self.pin_memory,
             prefetch_factor=4 if nw else None, persistent_workers=False,
-            worker_init_fn=_ignore_sigterm if nw else None,
+            worker_init_fn=_worker_init if nw else None,
         )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -445,7 +446,9 @@ class ShardLoader:
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
 
 
-def _ignore_sigterm(_worker_id: int) -> None:
+def _worker_init(_worker_id: int) -> None:
     """torchrun sends SIGTERM to the whole process group: a worker killed by it would crash the rank
-    (SIGCHLD -> RuntimeError) before the trainer checkpoints; the trainer handles the signal."""
+    (SIGCHLD -> RuntimeError) before the trainer checkpoints; the trainer handles the signal. A
+    worker is forked from a trainer that runs with automatic GC off: the worker collects as usual."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    gc.enable()

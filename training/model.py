@@ -7,6 +7,7 @@ from the loader), SwiGLU feed-forward, optional grouped-query attention. Attenti
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from kernels.attention import DocMask, doc_attention
 
@@ -118,8 +120,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 @torch.compiler.disable
-def _attend(q, k, v, mask: DocMask, backend: str) -> torch.Tensor:
-    # kept out of torch.compile graphs: segment layouts vary per batch and would force recompiles
+def _attend_eager(q, k, v, mask: DocMask, backend: str) -> torch.Tensor:
     return doc_attention(q, k, v, mask, backend)
 
 
@@ -132,6 +133,7 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.dim, cfg.kv_heads * hd, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.kv_heads * hd, bias=False)
         self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
+        self.attention_outside_graph = False  # set by Llama.compile_blocks(whole=False)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         b, s, _ = x.shape
@@ -144,7 +146,8 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, mask: DocMask, backend: str) -> torch.Tensor:
         b, s, _ = x.shape
         q, k, v = self.qkv(x, cos, sin)
-        out = _attend(q, k, v, mask, backend)
+        attend = _attend_eager if self.attention_outside_graph else doc_attention
+        out = attend(q, k, v, mask, backend)
         return self.wo(out.reshape(b, s, -1))
 
 
@@ -177,6 +180,8 @@ class Llama(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.attention_backend = attention_backend
+        #: recompute each block in backward instead of storing its activations (parallel.activation_checkpointing)
+        self.checkpoint_activations = False
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
@@ -197,10 +202,19 @@ class Llama(nn.Module):
             scale = 1 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("wo.weight", "w2.weight")) else 1.0
             nn.init.normal_(p, mean=0.0, std=std * scale)
 
-    def compile_blocks(self) -> None:
-        """torch.compile the dense parts of every block (norms, q/k/v + RoPE, SwiGLU), leaving the
-        attention kernel call outside: segment layouts change every batch and would recompile."""
+    def compile_blocks(self, whole: bool = True) -> None:
+        """torch.compile every block, as torchtitan does (the blocks share one compiled graph).
+
+        ``whole``: the attention kernel is traced into the block's graph (the varlen kernels are
+        custom ops; the segment count is marked dynamic and the row length bounds the segment
+        length, so a new layout does not recompile). ``whole=False`` compiles only the dense parts
+        (norms, q/k/v + RoPE, SwiGLU) and calls attention eagerly between them: the fallback for a
+        torch whose attention op does not trace."""
         for block in self.layers:
+            if whole:
+                block.compile()
+                continue
+            block.attn.attention_outside_graph = True
             block.attn_norm.compile()
             block.ffn_norm.compile()
             block.ffn.compile()
@@ -211,10 +225,24 @@ class Llama(nn.Module):
             raise ValueError(f"position {int(position_ids.max())} >= max_seq_len {self.cfg.max_seq_len}")
         cos = self.rope_cos[position_ids].unsqueeze(2)
         sin = self.rope_sin[position_ids].unsqueeze(2)
+        mask.prepare(self.attention_backend)
         h = self.tok_emb(input_ids)
+        recompute = self.checkpoint_activations and torch.is_grad_enabled()
         for layer in self.layers:
-            h = layer(h, cos, sin, mask, self.attention_backend)
+            if recompute:
+                # keep only each block's input; its activations are recomputed during backward
+                h = torch.utils.checkpoint.checkpoint(layer, h, cos, sin, mask, self.attention_backend,
+                                                      use_reentrant=False)
+            else:
+                h = layer(h, cos, sin, mask, self.attention_backend)
         return self.output(self.norm(h))
+
+
+@functools.cache
+def compiled_token_loss_sum():
+    """:func:`token_loss_sum` compiled: the fp32 upcast, log-softmax and gather fuse into a couple
+    of kernels instead of materializing fp32 logits (the largest activation of a small model)."""
+    return torch.compile(token_loss_sum)
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:

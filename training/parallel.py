@@ -70,7 +70,8 @@ def apply_fsdp(model: nn.Module, precision: str, reshard_after_forward: bool = T
 
 
 def apply_deepspeed(model: nn.Module, optimizer: torch.optim.Optimizer, config_path: str | None,
-                    micro_batch: int, grad_clip: float, precision: str, device: torch.device) -> Any:
+                    micro_batch: int, grad_clip: float, precision: str, device: torch.device,
+                    grad_accum: int = 1) -> Any:
     """Wrap model and our AdamW in a DeepSpeed engine; the JSON supplies ZeRO settings, the
     trainer's own values override batch size, clipping and precision so the two cannot disagree."""
     if device.type == "cpu":
@@ -84,7 +85,7 @@ def apply_deepspeed(model: nn.Module, optimizer: torch.optim.Optimizer, config_p
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"parallel.deepspeed_config: cannot read {config_path}: {exc}") from None
     conf["train_micro_batch_size_per_gpu"] = micro_batch
-    conf["gradient_accumulation_steps"] = 1
+    conf["gradient_accumulation_steps"] = grad_accum
     conf.pop("train_batch_size", None)
     conf["gradient_clipping"] = grad_clip
     conf["bf16"] = {"enabled": precision == "bf16"}

@@ -11,6 +11,7 @@ repeats the uninterrupted one step for step.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import signal
@@ -28,7 +29,7 @@ from training import checkpoint as ckpt
 from training.config import ConfigError, ModelSection, OptimConfig, TrainConfig, load_config
 from training.data import IGNORE_INDEX, LoaderError, ShardLoader
 from training.metrics import MetricsLogger, device_peak_flops, memory_stats
-from training.model import PRESETS, Llama, ModelConfig, token_loss_sum
+from training.model import PRESETS, Llama, ModelConfig, compiled_token_loss_sum, token_loss_sum
 from training.parallel import DistInfo, apply_deepspeed, apply_fsdp, fsdp_bf16_works, init_distributed, say
 
 VOCAB_MULTIPLE = 64  # pad the embedding so matmuls get tensor-core friendly shapes
@@ -66,7 +67,9 @@ def make_optimizer(model: torch.nn.Module, opt: OptimConfig) -> torch.optim.Opti
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps)
+    # the fused kernel (one launch for all parameters) on CUDA; the default foreach path elsewhere
+    fused = all(p.is_cuda for p in decay + no_decay) or None
+    return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, fused=fused)
 
 
 def _grad_norm(value: Any) -> float:
@@ -92,8 +95,10 @@ class Trainer:
         self.backend = select_backend(info.device, cfg.parallel.attention)
         torch.manual_seed(cfg.seed)
         model = Llama(self.mcfg, self.backend).to(info.device)
+        model.checkpoint_activations = cfg.parallel.activation_checkpointing
         self.precision = cfg.parallel.precision
         self.engine = None
+        self.loss_fn = token_loss_sum
         if cfg.parallel.strategy == "fsdp":
             if self.precision == "bf16" and info.device.type == "cpu":
                 ok, why = fsdp_bf16_works(info.device)
@@ -102,18 +107,23 @@ class Trainer:
                                    "training in fp32")
                     self.precision = "fp32"
             if cfg.parallel.compile:
-                model.compile_blocks()
+                model.compile_blocks(whole=cfg.parallel.compile_attention)
+                self.loss_fn = compiled_token_loss_sum()
             self.model = apply_fsdp(model, self.precision, cfg.parallel.reshard_after_forward)
             self.optimizer = make_optimizer(self.model, cfg.optim)
         else:
             self.model = model
             self.optimizer = make_optimizer(model, cfg.optim)
             self.engine = apply_deepspeed(model, self.optimizer, cfg.parallel.deepspeed_config, d.batch_size,
-                                          cfg.optim.grad_clip, self.precision, info.device)
+                                          cfg.optim.grad_clip, self.precision, info.device, cfg.optim.grad_accum)
         self.step = 0
         self.stop_signal = False  # set by the SIGTERM handler on this rank
         self.terminated = False
         self.stop_votes = torch.zeros(())  # how many ranks had the signal at the last step
+        # filled in place each step: a new tensor from a Python float would be a blocking host-to-device
+        # copy, which stalls the CPU until the GPU drains and costs ~15% of a 125M model's step time
+        self._stop_flag = torch.zeros((), dtype=torch.float64, device=info.device)
+        self.gc_seconds = self._gc_started = self._gc_logged = 0.0
         self.peak = device_peak_flops(info.device, cfg.log.peak_flops)
         self.flops_per_token = self.mcfg.flops_per_token(self.manifest.seq_len)
 
@@ -121,7 +131,8 @@ class Trainer:
 
     def trainer_state(self) -> dict[str, Any]:
         return {"model": self.mcfg.to_dict(), "strategy": self.cfg.parallel.strategy,
-                "precision": self.precision, "world": self.info.world, "epoch": self.loader.epoch}
+                "precision": self.precision, "world": self.info.world, "epoch": self.loader.epoch,
+                "grad_accum": self.cfg.optim.grad_accum}
 
     def save(self) -> Path:
         return ckpt.save(self.out, self.step, self.model, self.optimizer, self.loader.state_dict(),
@@ -134,6 +145,11 @@ class Trainer:
         if trainer.get("world") != self.info.world:
             raise ckpt.CheckpointError(f"{path}: saved with {trainer.get('world')} rank(s), "
                                        f"resuming with {self.info.world}")
+        saved_accum = trainer.get("grad_accum", 1)
+        if saved_accum != self.cfg.optim.grad_accum:
+            # the same schedule over other tokens per step would silently be another run
+            raise ckpt.CheckpointError(f"{path}: saved with optim.grad_accum={saved_accum}, resuming with "
+                                       f"{self.cfg.optim.grad_accum}")
         try:
             self.loader.load_state_dict(loader_state)
         except LoaderError as exc:
@@ -142,47 +158,66 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ step
 
-    def train_step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def _to_device(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DocMask]:
         dev = self.info.device
         ids = batch["input_ids"].to(dev, non_blocking=True)
         pos = batch["position_ids"].to(dev, non_blocking=True)
         labels = batch["labels"].to(dev, non_blocking=True)
         mask = DocMask(batch["cu_seqlens"].to(dev, non_blocking=True), int(batch["max_seqlen"]),
                        batch["seq_ids"].to(dev, non_blocking=True))
+        return ids, pos, labels, mask
+
+    def train_step(self, micro_batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """One optimizer step over ``optim.grad_accum`` micro-batches. Every token that carries loss
+        weighs the same whichever micro-batch or rank it is in: each micro-batch's loss sum is
+        divided by the global count over all of them, so accumulating k micro-batches of b rows
+        computes the same update as one batch of k * b rows."""
+        dev = self.info.device
+        inputs = [self._to_device(b) for b in micro_batches]
         # one small all-reduce: the global count of tokens that carry loss this step, and whether any
         # rank was asked to stop (SIGTERM), so that all ranks checkpoint the same step and leave
-        counts = torch.stack([(labels != IGNORE_INDEX).sum().to(torch.float64),
-                              torch.tensor(float(self.stop_signal), dtype=torch.float64, device=dev)])
+        local = torch.stack([(labels != IGNORE_INDEX).sum() for _, _, labels, _ in inputs]).sum()
+        counts = torch.stack([local.to(torch.float64), self._stop_flag.fill_(float(self.stop_signal))])
         dist.all_reduce(counts)
         valid = counts[0]
         self.stop_votes = counts[1]  # read by fit() every few steps: reading it costs a GPU sync
         denom = valid.clamp(min=1.0).to(torch.float32)
         lr = lr_at(self.step + 1, self.cfg.optim)
-        world = self.info.world
+        world, accum = self.info.world, len(inputs)
+        loss_total = torch.zeros((), dtype=torch.float64, device=dev)
         if self.engine is not None:
             for g in self.engine.optimizer.param_groups:
                 g["lr"] = lr
-            loss_sum = token_loss_sum(self.engine(ids, pos, mask), labels)
-            self.engine.backward(loss_sum * world / denom)
-            self.engine.step()
+            for ids, pos, labels, mask in inputs:
+                loss_sum = self.loss_fn(self.engine(ids, pos, mask), labels)
+                # DeepSpeed divides by its gradient_accumulation_steps and averages over ranks
+                self.engine.backward(loss_sum * (world * accum) / denom)
+                self.engine.step()  # applies the update only at the accumulation boundary
+                loss_total += loss_sum.detach()
             gnorm = _grad_norm(self.engine.get_global_grad_norm())
         else:
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
-            loss_sum = token_loss_sum(self.model(ids, pos, mask), labels)
-            (loss_sum * world / denom).backward()
+            for i, (ids, pos, labels, mask) in enumerate(inputs):
+                if accum > 1 and self.cfg.parallel.defer_grad_sync:
+                    # FSDP2: reduce-scatter once, after the last micro-batch; until then every rank
+                    # holds unsharded fp32 gradients (4 bytes per parameter), so this is opt-in
+                    self.model.set_requires_gradient_sync(i == accum - 1)
+                loss_sum = self.loss_fn(self.model(ids, pos, mask), labels)
+                (loss_sum * world / denom).backward()
+                loss_total += loss_sum.detach()
             clip = self.cfg.optim.grad_clip or float("inf")
             gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)  # read at log time
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return loss_sum.detach().to(torch.float64), valid, gnorm
+        return loss_total, valid, gnorm
 
     def fit(self, stop_at: int | None = None) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         max_steps = cfg.optim.max_steps
         logger = MetricsLogger(self.out, info.rank == 0, cfg.log.tensorboard)
-        batch_tokens = cfg.data.batch_size * self.manifest.seq_len
+        batch_tokens = cfg.data.batch_size * cfg.optim.grad_accum * self.manifest.seq_len
         window = {"loss": torch.zeros((), dtype=torch.float64, device=info.device),
                   "valid": torch.zeros((), dtype=torch.float64, device=info.device),
                   "tokens": 0, "steps": 0, "gnorm": float("nan")}
@@ -191,13 +226,23 @@ class Trainer:
         batches = iter(self.loader)
         stopped = False
         first_step = self.step
+        gc_every = cfg.parallel.gc_every
+        gc.callbacks.append(self._time_gc)
+        gc_was_enabled = gc.isenabled()
+        if gc_every:
+            # a full collection over torch.compile's many objects paused a 125M model on an H200 for 0.35 s
+            # (its 10-step window lost 35% of its tokens/s); collect young objects on a fixed cadence
+            gc.disable()
+            gc.collect(1)
         try:
             while self.step < max_steps:
-                batch = next(batches)
-                loss_sum, valid, gnorm = self.train_step(batch)
+                micro = [next(batches) for _ in range(cfg.optim.grad_accum)]
+                loss_sum, valid, gnorm = self.train_step(micro)
+                if gc_every and self.step % gc_every == 0:
+                    gc.collect(1)
                 window["loss"] += loss_sum
                 window["valid"] += valid
-                window["tokens"] += batch["tokens"]
+                window["tokens"] += sum(b["tokens"] for b in micro)
                 window["steps"] += 1
                 window["gnorm"] = gnorm
                 if self.step % cfg.log.every == 0 or self.step == max_steps or self.step == stop_at:
@@ -222,12 +267,24 @@ class Trainer:
             if not stopped and cfg.checkpoint.at_end and self.step > first_step:
                 self.save()  # (nothing new to save when a finished run is resumed)
         finally:
+            gc.callbacks.remove(self._time_gc)
+            if gc_every and gc_was_enabled:
+                gc.enable()
             logger.close()
             del batches
         return {"step": self.step, **last}
 
+    def _time_gc(self, phase: str, _info: dict) -> None:
+        """gc callback: total seconds spent in Python's garbage collector (logged as ``gc_s``)."""
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_started = now
+        else:
+            self.gc_seconds += now - self._gc_started
+
     def _log(self, logger: MetricsLogger, window: dict[str, Any], t0: float, batch_tokens: int) -> dict:
         info = self.info
+        gc_s, self._gc_logged = self.gc_seconds - self._gc_logged, self.gc_seconds
         dt = max(time.perf_counter() - t0, 1e-9)
         # window["valid"] already holds global counts (reduced every step); loss and tokens are local
         stats = torch.stack([window["loss"],
@@ -242,7 +299,7 @@ class Trainer:
         values = {"epoch": self.loader.epoch, "loss": loss, "ppl": math.exp(min(loss, 50.0)),
                   "grad_norm": _grad_norm(window["gnorm"]), "lr": lr_at(self.step, self.cfg.optim),
                   "tokens_per_s": float(stats[1]) / dt, "processed_tokens_per_s": processed / dt,
-                  "loss_tokens": int(valid), "mfu": mfu, **memory_stats(info.device)}
+                  "loss_tokens": int(valid), "mfu": mfu, "gc_s": gc_s, **memory_stats(info.device)}
         logger.log(self.step, values)
         return values
 
@@ -305,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             say(info.rank, f"resumed from {path} at step {trainer.step}")
         say(info.rank, f"{trainer.mcfg.num_params() / 1e6:.2f}M params, {info.world} rank(s) on "
                        f"{info.device.type}, {cfg.parallel.strategy} {trainer.precision}, attention "
-                       f"{trainer.backend}, {trainer.loader.batches_per_epoch} steps per epoch")
+                       f"{trainer.backend}, {trainer.loader.batches_per_epoch // cfg.optim.grad_accum} steps "
+                       f"per epoch")
         signal.signal(signal.SIGTERM, lambda *_: setattr(trainer, "stop_signal", True))
         result = trainer.fit(stop_at=args.stop_at)
         if trainer.terminated:

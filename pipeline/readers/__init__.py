@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pipeline.readers.docs import RECORD_BITS, drop, error_text
 from pipeline.readers.jsonl import read_jsonl
 from pipeline.readers.parquet import read_parquet
-from pipeline.readers.paths import detect_format, expand_inputs
+from pipeline.readers.paths import detect_format, expand_inputs, source_name
 from pipeline.readers.sft import read_sft
 from pipeline.readers.text import read_text
 from pipeline.readers.warc import read_warc
@@ -24,27 +24,32 @@ RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
 def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Drop]:
-    """Documents of one file, in file order; an I/O error ends the file with one ``unreadable_file``."""
+    """Documents of one file, in file order; an I/O error ends the file with one ``unreadable_file``.
+
+    ``spec`` is the input that named ``path``: ids made up for records without one are
+    ``name:record_index``, ``name`` being the path relative to that input (:func:`source_name`).
+    """
     fmt = detect_format(path, spec.format)
+    name = source_name(spec.path, path)
     next_index = 0
     try:
-        for item in _reader(file_index, path, spec, fmt):
+        for item in _reader(file_index, path, name, spec, fmt):
             doc = item.doc if isinstance(item, Drop) else item
             next_index = (doc["ord"] & RECORD_MASK) + 1
             yield item
     except OSError as exc:
-        yield drop(path, file_index, next_index, "unreadable_file", error=error_text(exc))
+        yield drop(path, name, file_index, next_index, "unreadable_file", error=error_text(exc))
 
 
-def _reader(file_index: int, path: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
+def _reader(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
     if fmt == "jsonl":
-        return read_jsonl(file_index, path, spec)
+        return read_jsonl(file_index, path, name, spec)
     if fmt in ("instruction", "chat"):
-        return read_sft(file_index, path, spec, fmt)
+        return read_sft(file_index, path, name, spec, fmt)
     if fmt == "parquet":
-        return read_parquet(file_index, path, spec)
+        return read_parquet(file_index, path, name, spec)
     if fmt == "warc":
-        return read_warc(file_index, path)
+        return read_warc(file_index, path, name)
     if fmt == "text":
-        return read_text(file_index, path)
+        return read_text(file_index, path, name)
     raise ValueError(f"unknown input format {fmt!r}")

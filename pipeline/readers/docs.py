@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from pipeline.stages.base import Doc, Drop
@@ -20,18 +19,19 @@ def make_ord(file_index: int, record_index: int) -> int:
     return (file_index << RECORD_BITS) | record_index
 
 
-def default_id(path: str, record_index: int) -> str:
-    return f"{os.path.basename(path)}:{record_index}"
+def default_id(name: str, record_index: int) -> str:
+    """``name:record_index``; ``name`` is the file's path relative to its input (:func:`paths.source_name`)."""
+    return f"{name}:{record_index}"
 
 
-def record_id(record: dict[str, Any], id_field: str, path: str, record_index: int) -> str:
-    """The record's own id when it is a str or int (not a bool), else ``basename:record_index``."""
+def record_id(record: dict[str, Any], id_field: str, name: str, record_index: int) -> str:
+    """The record's own id when it is a str or int (not a bool), else ``name:record_index``."""
     value = record.get(id_field)
     if isinstance(value, str) and value and encodable(value):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    return default_id(path, record_index)
+    return default_id(name, record_index)
 
 
 def encodable(text: str) -> bool:
@@ -78,6 +78,7 @@ def make_doc(
 
 def drop(
     path: str,
+    name: str,
     file_index: int,
     record_index: int,
     reason: str,
@@ -85,9 +86,10 @@ def drop(
     doc_id: str | None = None,
     **detail: Any,
 ) -> Drop:
-    """A Drop whose doc carries id, source, ord and the raw (truncated) record text."""
+    """A Drop whose doc carries id (``doc_id``, else ``name:record_index``), source, ord and the raw
+    (truncated) record text."""
     doc = make_doc(
-        doc_id or default_id(path, record_index),
+        doc_id or default_id(name, record_index),
         raw_text(raw),
         path,
         make_ord(file_index, record_index),

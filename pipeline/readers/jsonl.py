@@ -19,7 +19,7 @@ from pipeline.stages.base import Doc, Drop
 BOM = "\ufeff"
 
 
-def iter_records(file_index: int, path: str) -> Iterator[tuple[int, bytes, dict[str, Any]] | Drop]:
+def iter_records(file_index: int, path: str, name: str) -> Iterator[tuple[int, bytes, dict[str, Any]] | Drop]:
     """Yield ``(record_index, raw_line, record)`` for each JSON object, or a Drop for a bad line."""
     next_index = 0
     with open_binary(path) as fh:
@@ -30,54 +30,55 @@ def iter_records(file_index: int, path: str) -> Iterator[tuple[int, bytes, dict[
                 record_index, next_index = next_index, next_index + 1
                 line = line.rstrip(b"\r\n")
                 if line.strip():
-                    yield parse_line(file_index, path, record_index, line)
+                    yield parse_line(file_index, path, name, record_index, line)
             check_complete(fh)
         except TruncatedInput as exc:
-            yield drop(path, file_index, next_index, "truncated_file", error=str(exc))
+            yield drop(path, name, file_index, next_index, "truncated_file", error=str(exc))
 
 
 def parse_line(
-    file_index: int, path: str, record_index: int, line: bytes
+    file_index: int, path: str, name: str, record_index: int, line: bytes
 ) -> tuple[int, bytes, dict[str, Any]] | Drop:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return drop(path, file_index, record_index, "invalid_utf8", line, error=error_text(exc))
+        return drop(path, name, file_index, record_index, "invalid_utf8", line, error=error_text(exc))
     if record_index == 0 and text.startswith(BOM):
         text = text[1:]
     try:
         record = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, and e.g. an integer over 4300 digits
-        return drop(path, file_index, record_index, "bad_json", line, error=error_text(exc))
+        return drop(path, name, file_index, record_index, "bad_json", line, error=error_text(exc))
     if not isinstance(record, dict):
-        return drop(path, file_index, record_index, "not_an_object", line, type=type(record).__name__)
+        return drop(path, name, file_index, record_index, "not_an_object", line, type=type(record).__name__)
     return record_index, line, record
 
 
 def record_doc(
-    file_index: int, path: str, spec: InputSpec, record_index: int, raw: bytes | str, record: dict[str, Any]
+    file_index: int, path: str, name: str, spec: InputSpec, record_index: int, raw: bytes | str,
+    record: dict[str, Any],
 ) -> Doc | Drop:
     """A plain-text document from a parsed record (shared with the Parquet reader)."""
-    doc_id = record_id(record, spec.id_field, path, record_index)
+    doc_id = record_id(record, spec.id_field, name, record_index)
     text = record.get(spec.text_field)
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return drop(path, file_index, record_index, "invalid_utf8", raw, doc_id, error=error_text(exc))
+            return drop(path, name, file_index, record_index, "invalid_utf8", raw, doc_id, error=error_text(exc))
     if not isinstance(text, str):
-        return drop(path, file_index, record_index, "missing_text", raw, doc_id, field=spec.text_field)
+        return drop(path, name, file_index, record_index, "missing_text", raw, doc_id, field=spec.text_field)
     if not text.strip():
-        return drop(path, file_index, record_index, "empty_text", raw, doc_id)
+        return drop(path, name, file_index, record_index, "empty_text", raw, doc_id)
     if not encodable(text):
-        return drop(path, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
+        return drop(path, name, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
     meta = meta_json(record, (spec.text_field, spec.id_field))
     return make_doc(doc_id, text, path, make_ord(file_index, record_index), meta)
 
 
-def read_jsonl(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Drop]:
-    for item in iter_records(file_index, path):
+def read_jsonl(file_index: int, path: str, name: str, spec: InputSpec) -> Iterator[Doc | Drop]:
+    for item in iter_records(file_index, path, name):
         if isinstance(item, Drop):
             yield item
         else:
-            yield record_doc(file_index, path, spec, *item)
+            yield record_doc(file_index, path, name, spec, *item)

@@ -39,6 +39,25 @@ def expand_inputs(inputs: list[InputSpec]) -> list[tuple[int, InputSpec, str]]:
     return out
 
 
+def source_name(input_path: str, path: str) -> str:
+    """``path`` relative to the input that named it, with ``/`` separators: default ids are built from it.
+
+    For a folder input, the path below the folder (``sub/doc.txt``); for a glob, the path below its
+    fixed leading folders (``data/**/*.txt`` gives ``a/doc.txt``); for a single file, its name. So two
+    files of one input never share a name, and no path of this machine ends up in an id.
+    """
+    root = os.path.expanduser(input_path)
+    if glob.has_magic(root):
+        while glob.has_magic(root):
+            root = os.path.dirname(root)
+    elif os.path.normpath(root) == os.path.normpath(path):
+        return os.path.basename(path)
+    rel = os.path.relpath(path, root or os.curdir)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):  # not below the input: not expected for
+        return os.path.basename(path)  # files from expand_path, and a name is still better than an error
+    return rel.replace(os.sep, "/")
+
+
 def detect_format(path: str, declared: str) -> str:
     """The declared format, or for ``auto`` the one the file name says (text when it says nothing)."""
     if declared != "auto":

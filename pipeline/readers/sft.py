@@ -19,25 +19,25 @@ from pipeline.stages.base import Doc, Drop
 RENDERED_FIELDS = {"instruction": ("instruction", "input", "output"), "chat": ("messages",)}
 
 
-def read_sft(file_index: int, path: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
+def read_sft(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
     consumed = (*RENDERED_FIELDS[fmt], spec.id_field)
-    for item in iter_records(file_index, path):
+    for item in iter_records(file_index, path, name):
         if isinstance(item, Drop):
             yield item
             continue
         record_index, raw, record = item
-        doc_id = record_id(record, spec.id_field, path, record_index)
+        doc_id = record_id(record, spec.id_field, name, record_index)
         try:
             segments = render(record, fmt, spec.template)
         except RecordError as exc:
-            yield drop(path, file_index, record_index, f"bad_record:{exc}", raw, doc_id)
+            yield drop(path, name, file_index, record_index, f"bad_record:{exc}", raw, doc_id)
             continue
         except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:  # a template that cannot render
-            yield drop(path, file_index, record_index, "bad_record:bad_template", raw, doc_id, error=str(exc))
+            yield drop(path, name, file_index, record_index, "bad_record:bad_template", raw, doc_id, error=str(exc))
             continue
         text = "".join(t for t, _ in segments)
         if not encodable(text):
-            yield drop(path, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
+            yield drop(path, name, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
             continue
         yield make_doc(
             doc_id,

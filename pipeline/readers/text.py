@@ -1,4 +1,8 @@
-"""Plain text files: each file is one document and must be valid UTF-8 (gzip/zstd are decompressed)."""
+"""Plain text files: each file is one document and must be valid UTF-8 (gzip/zstd are decompressed).
+
+The id is ``name:0``, ``name`` being the file's path below its input (``a/doc.txt``, see
+:func:`pipeline.readers.paths.source_name`): same-named files in two subfolders get two ids.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +15,21 @@ from pipeline.stages.base import Doc, Drop
 BOM = "\ufeff"
 
 
-def read_text(file_index: int, path: str) -> Iterator[Doc | Drop]:
+def read_text(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
     try:
         with open_binary(path) as fh:
             data = fh.read()
             check_complete(fh)
     except TruncatedInput as exc:
-        yield drop(path, file_index, 0, "truncated_file", error=str(exc))
+        yield drop(path, name, file_index, 0, "truncated_file", error=str(exc))
         return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        yield drop(path, file_index, 0, "invalid_utf8", data, error=error_text(exc))
+        yield drop(path, name, file_index, 0, "invalid_utf8", data, error=error_text(exc))
         return
     text = text.removeprefix(BOM)
     if not text.strip():
-        yield drop(path, file_index, 0, "empty_text", data)
+        yield drop(path, name, file_index, 0, "empty_text", data)
         return
-    yield make_doc(default_id(path, 0), text, path, make_ord(file_index, 0))
+    yield make_doc(default_id(name, 0), text, path, make_ord(file_index, 0))

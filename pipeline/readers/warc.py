@@ -29,13 +29,13 @@ TRAFILATURA_OPTIONS: dict[str, Any] = {
 }
 
 
-def read_warc(file_index: int, path: str) -> Iterator[Doc | Drop]:
+def read_warc(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
     next_index = 0
     # decompressed here, not by warcio: warcio reads a cut .warc.gz as a shorter file without a word
     with open_binary(path) as fh:
         try:
             for record in ArchiveIterator(fh, arc2warc=True):
-                item = _record_doc(file_index, path, next_index, record)
+                item = _record_doc(file_index, path, name, next_index, record)
                 if _cut_short(record):
                     raise TruncatedInput(f"record {next_index} ends before its Content-Length")
                 next_index += 1
@@ -43,10 +43,10 @@ def read_warc(file_index: int, path: str) -> Iterator[Doc | Drop]:
                     yield item
             check_complete(fh)
         except TruncatedInput as exc:
-            yield drop(path, file_index, next_index, "truncated_file", error=str(exc))
+            yield drop(path, name, file_index, next_index, "truncated_file", error=str(exc))
         except ArchiveLoadFailed as exc:  # not a WARC at all, or a damaged record header
             reason = "unreadable_file" if next_index == 0 else "truncated_file"
-            yield drop(path, file_index, next_index, reason, error=error_text(exc))
+            yield drop(path, name, file_index, next_index, reason, error=error_text(exc))
 
 
 def _cut_short(record: Any) -> bool:
@@ -59,7 +59,7 @@ def _cut_short(record: Any) -> bool:
     return stream.limit > 0
 
 
-def _record_doc(file_index: int, path: str, record_index: int, record: Any) -> Doc | Drop | None:
+def _record_doc(file_index: int, path: str, name: str, record_index: int, record: Any) -> Doc | Drop | None:
     if record.rec_type == "response":
         ctype = _content_type(record)
         if not ctype.startswith(HTML_TYPES):
@@ -69,12 +69,12 @@ def _record_doc(file_index: int, path: str, record_index: int, record: Any) -> D
     else:
         return None
     headers = record.rec_headers
-    doc_id = headers.get_header("WARC-Record-ID") or default_id(path, record_index)
+    doc_id = headers.get_header("WARC-Record-ID") or default_id(name, record_index)
     url = headers.get_header("WARC-Target-URI")
     payload = record.content_stream().read()
     text, reason, error = _record_text(record.rec_type, payload, url)
     if reason is not None:
-        return drop(path, file_index, record_index, reason, payload, doc_id, url=url, error=error)
+        return drop(path, name, file_index, record_index, reason, payload, doc_id, url=url, error=error)
     meta = {"url": url, "date": headers.get_header("WARC-Date"), "content_type": ctype}
     meta["warc_type"] = record.rec_type
     if record.http_headers is not None:

@@ -56,6 +56,8 @@ class Stage:
     Params: ClassVar[type[BaseModel]] = NoParams
     #: Ray resources of one worker of this stage (e.g. ``{"num_cpus": 1}``, ``{"num_gpus": 1}``).
     resources: ClassVar[dict[str, float]] = {"num_cpus": 1}
+    #: params holding a path or a list of paths: relative ones resolve against a spec file's folder
+    path_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: BaseModel, ctx: StageContext):
         self.params = params
@@ -97,6 +99,8 @@ class DatasetStage:
     name: ClassVar[str] = "dataset_stage"
     Params: ClassVar[type[BaseModel]] = NoParams
     reorders: ClassVar[bool] = True
+    #: as :attr:`Stage.path_params`
+    path_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: BaseModel, ctx: StageContext):
         self.params = params

@@ -121,6 +121,7 @@ class ExactDedup(DatasetStage):
     name = "exact_dedup"
     Params = ExactDedupParams
     reorders = False  # documents are removed in place: blocks keep their order
+    path_params = ("dedup_against",)
 
     def index_params(self) -> dict[str, Any]:
         return {"casefold": self.params.casefold, "hash": HASH_NAME}

@@ -350,6 +350,7 @@ class NearDedup(DatasetStage):
     name = "near_dedup"
     Params = NearDedupParams
     reorders = False  # documents are removed in place: blocks keep their order
+    path_params = ("dedup_against",)
 
     def preflight(self) -> None:
         open_sources(self.params.dedup_against, self.name, NearConfig.from_params(self.params).index_params())
