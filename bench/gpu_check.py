@@ -238,6 +238,15 @@ def matmul_ceiling(device: torch.device) -> float | None:
     return 2 * 8192**3 * 10 / (start.elapsed_time(end) / 1e3) / 1e12
 
 
+def table_row(r: dict) -> str:
+    """One line of the speed table: a finished run's figures, or why it has none."""
+    if "tokens_per_s" not in r:
+        return f"{r['model']:<6}{'':>8}{r['mode']:>16}  {r.get('error') or r.get('skipped')}"
+    mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+    return (f"{r['model']:<6}{r['params_m']:>7.0f}M{r['mode']:>16}{r['micro_batch']:>4}{r['step_s']:>9.3f}"
+            f"{r['tokens_per_s']:>12,.0f}{r['tflops']:>9.1f}{mfu:>7}{r.get('mem_gb', 0):>8.1f}")
+
+
 def parse_plan(items: list[str]) -> list[tuple[str, str, int]]:
     """``size:mode:micro_batch`` entries, run in the order given (most wanted first)."""
     plan = []
@@ -329,7 +338,7 @@ def main() -> None:
         elapsed = time.perf_counter() - t_start
         if elapsed > args.budget_s:
             runs.append({"model": size, "mode": mode, "micro_batch": mb, "skipped": f"budget ({elapsed:.0f}s)"})
-            print(f"{size:<6}{'':>8}{mode:>16}{mb:>4}  skipped: time budget")
+            print(table_row(runs[-1]))
             continue
         try:
             r = train_speed(device, size, args.seq_len, mb, args.steps, args.warmup, mode, backend, args.vocab)
@@ -337,7 +346,6 @@ def main() -> None:
             traceback.print_exc(limit=4)
             r = {"model": size, "mode": mode, "micro_batch": mb,
                  "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-            print(f"{size:<6}{'':>8}{mode:>16}{mb:>4}  error: {r['error']}")
         runs.append(r)
         # one line per finished run, so a run cut short by the device's time limit still reports
         print(json.dumps({"bench": "gpu_check_partial", **r}), flush=True)
@@ -345,10 +353,7 @@ def main() -> None:
         if device.type == "cuda":
             torch._dynamo.reset()
             torch.cuda.empty_cache()
-        if "error" not in r:
-            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-            print(f"{size:<6}{r['params_m']:>7.0f}M{mode:>16}{mb:>4}{r['step_s']:>9.3f}{r['tokens_per_s']:>12,.0f}"
-                  f"{r['tflops']:>9.1f}{mfu:>7}{r.get('mem_gb', 0):>8.1f}", flush=True)
+        print(table_row(r), flush=True)
         best = {}
         for sz in dict.fromkeys(p[0] for p in plan):
             mfus = [x["mfu"] for x in runs if x.get("model") == sz and x.get("mfu") is not None]
@@ -358,12 +363,7 @@ def main() -> None:
 
     print("\n" + header)
     for r in runs:
-        if "tokens_per_s" in r:
-            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-            print(f"{r['model']:<6}{r['params_m']:>7.0f}M{r['mode']:>16}{r['micro_batch']:>4}{r['step_s']:>9.3f}"
-                  f"{r['tokens_per_s']:>12,.0f}{r['tflops']:>9.1f}{mfu:>7}{r.get('mem_gb', 0):>8.1f}")
-        else:
-            print(f"{r['model']:<6}{'':>8}{r['mode']:>16}  {r.get('error') or r.get('skipped')}")
+        print(table_row(r))
     save()
     print(json.dumps(report))
 
