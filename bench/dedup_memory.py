@@ -55,11 +55,11 @@ def write_corpus(folder: Path, docs: int, base: list[str]) -> int:
 def child(folder: Path, out_dir: Path) -> None:
     import ray
 
-    from pipeline.ray_env import init_ray
+    from pipeline.dedup.exact import ExactDedup, ExactDedupParams
+    from pipeline.dedup.near import NearDedup, NearDedupParams
+    from pipeline.job.ray_env import init_ray
+    from pipeline.job.stats import StageRecorder, StatsActor
     from pipeline.stages.base import StageContext
-    from pipeline.stages.exact_dedup import ExactDedup, ExactDedupParams
-    from pipeline.stages.near_dedup import NearDedup, NearDedupParams
-    from pipeline.stats import StageRecorder, StatsActor
 
     init_ray(num_cpus=None)
     t0 = time.perf_counter()

@@ -9,7 +9,7 @@ Metrics (DESIGN.md, "Measuring dedup quality"), at t = 0.7 and 0.8:
 Rows, every one with num_perm 128, word 5-gram shingles, seed 1, keeping the first document (by file
 order) of each component:
 - ``tokenmill`` (the stage's defaults: verify on, bands x rows weighted towards recall) and
-  ``tokenmill verify=false``: computed in-process by pipeline.dedup_local, which calls the same kernel,
+  ``tokenmill verify=false``: computed in-process by pipeline.dedup.local, which calls the same kernel,
   band, pair, verification and component functions as the Ray tasks. With ``--ray`` (run it through
   scripts/netns.sh) the real ``near_dedup`` stage also runs on a local Ray and must remove exactly the
   same documents (checked and printed).
@@ -34,9 +34,9 @@ import numpy as np  # noqa: E402
 from datasketch import MinHash, MinHashLSH  # noqa: E402
 
 from bench.common import CORPORA, iter_jsonl  # noqa: E402
-from pipeline import dedup_graph as g  # noqa: E402
-from pipeline.dedup_local import near_dedup_local  # noqa: E402
-from pipeline.stages.near_dedup import NearConfig, NearDedupParams  # noqa: E402
+from pipeline.dedup import graph as g  # noqa: E402
+from pipeline.dedup.local import near_dedup_local  # noqa: E402
+from pipeline.dedup.near import NearConfig, NearDedupParams  # noqa: E402
 
 
 def removal_scores(removed: np.ndarray, comp: list[str]) -> tuple[float, float, float]:
@@ -76,10 +76,10 @@ def datasketch_run(shingles: list[list[bytes]], threshold: float, num_perm: int,
 def ray_stage_removed(texts: list[str], params: NearDedupParams) -> np.ndarray:
     import ray
 
-    from pipeline.ray_env import init_ray
+    from pipeline.dedup.near import NearDedup
+    from pipeline.job.ray_env import init_ray
+    from pipeline.job.stats import StageRecorder, StatsActor
     from pipeline.stages.base import StageContext
-    from pipeline.stages.near_dedup import NearDedup
-    from pipeline.stats import StageRecorder, StatsActor
 
     init_ray(num_cpus=None)
     rows = [{"id": str(i), "text": t, "source": "neardup", "ord": i, "meta": "{}"} for i, t in enumerate(texts)]

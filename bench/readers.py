@@ -33,10 +33,10 @@ import zstandard  # noqa: E402
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
 
 from bench.common import CORPORA  # noqa: E402
+from pipeline.documents import Drop  # noqa: E402
 from pipeline.readers import expand_inputs, read_file  # noqa: E402
 from pipeline.readers.warc import TRAFILATURA_OPTIONS  # noqa: E402
 from pipeline.spec import InputSpec  # noqa: E402
-from pipeline.stages.base import Drop  # noqa: E402
 
 
 def read_all(path: str, fmt: str = "auto") -> tuple[int, int, int]:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.spec import JobSpec, load_spec
-from pipeline.stages import STAGES
+from pipeline.preflight import load_checked
+from pipeline.spec import JobSpec
+from pipeline.stages import REGISTRY
 
 DEMO_STAGES = [
     {"type": "normalize"},
@@ -26,7 +27,7 @@ def demo_spec(out_dir: Path, max_bytes: int = 20_000_000, parallelism: int | Non
     spec = {
         "name": "demo",
         "inputs": [{"path": "corpus/*.jsonl.gz", "format": "jsonl"}],
-        "stages": [s for s in DEMO_STAGES if s["type"] in STAGES],
+        "stages": [s for s in DEMO_STAGES if s["type"] in REGISTRY],
         "tokenizer": {"train": {"vocab_size": 8192}},
         "packing": {"seq_len": 1024, "method": "best_fit"},
         "output": {"path": "output", "samples_per_shard": 256, "overwrite": True},
@@ -34,4 +35,4 @@ def demo_spec(out_dir: Path, max_bytes: int = 20_000_000, parallelism: int | Non
     }
     path = out_dir / "demo.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return load_spec(path)
+    return load_checked(path)

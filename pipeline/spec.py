@@ -1,7 +1,10 @@
 """The job spec: one pydantic model for the CLI and the REST API, loaded from YAML or JSON.
 
-An invalid spec is refused before any work starts, with the field path and the reason
-(:class:`SpecError`). Stage parameters are validated against each stage's own ``Params`` model.
+Pure schema: parsing a spec touches no file but the spec itself and imports only the stage modules it
+names (never Ray). An invalid spec is refused with the field path and the reason (:class:`SpecError`);
+stage parameters are validated, once, against each stage's own ``Params`` model. Checks that need
+the filesystem (inputs match files, a tokenizer file exists, an index to dedup against) live in
+:mod:`pipeline.preflight`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 InputFormat = Literal["auto", "jsonl", "parquet", "text", "warc", "instruction", "chat"]
 
@@ -27,7 +30,7 @@ class InputSpec(Strict):
     format: InputFormat = "auto"
     text_field: str = "text"
     id_field: str = "id"
-    #: for format=instruction/chat: the template that renders a record (see pipeline.sft)
+    #: for format=instruction/chat: the template that renders a record (see pipeline.readers.templates)
     template: str | None = None
 
 
@@ -84,33 +87,33 @@ class JobSpec(Strict):
     output: OutputSpec
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
 
+    _params: list[BaseModel] = PrivateAttr(default_factory=list)
+
     @model_validator(mode="after")
     def _check_stages(self) -> JobSpec:
-        from pipeline.stages import STAGES
+        from pipeline.stages import REGISTRY, stage_class
 
-        errors = []
+        errors, params = [], []
         for i, stage in enumerate(self.stages):
-            cls = STAGES.get(stage.type)
-            if cls is None:
+            if stage.type not in REGISTRY:
                 errors.append(
-                    f"stages.{i}.type: unknown stage {stage.type!r} (known: {', '.join(sorted(STAGES))})"
+                    f"stages.{i}.type: unknown stage {stage.type!r} (known: {', '.join(sorted(REGISTRY))})"
                 )
                 continue
             try:
-                cls.Params.model_validate(stage.params)
+                params.append(stage_class(stage.type).Params.model_validate(stage.params))
             except ValidationError as exc:
                 for err in exc.errors():
                     loc = ".".join(str(p) for p in err["loc"])
-                    errors.append(f"stages.{i}.params.{loc}: {err['msg']}")
+                    errors.append(f"stages.{i}.params{'.' + loc if loc else ''}: {_message(err)}")
         if errors:
             raise ValueError("; ".join(errors))
+        self._params = params
         return self
 
     def stage_params(self, index: int) -> BaseModel:
-        from pipeline.stages import STAGES
-
-        stage = self.stages[index]
-        return STAGES[stage.type].Params.model_validate(stage.params)
+        """The validated ``Params`` of stage ``index`` (parsed once, when the spec was)."""
+        return self._params[index]
 
     def content_hash(self) -> str:
         """Hash of what determines the output bytes: execution settings are left out."""
@@ -121,6 +124,12 @@ class JobSpec(Strict):
 
 class SpecError(ValueError):
     """A spec that cannot run: ``str()`` is one line per problem, each naming the field path."""
+
+
+def _message(err: Any) -> str:
+    """pydantic's message without the "Value error, " prefix its validators' messages get."""
+    msg = err["msg"]
+    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
 
 
 def _format_errors(exc: ValidationError) -> str:
@@ -137,44 +146,17 @@ def _format_errors(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_spec(data: Any, check_inputs: bool = True) -> JobSpec:
-    """Validate a spec given as a dict; with ``check_inputs`` every input must match a file."""
+def parse_spec(data: Any) -> JobSpec:
+    """Validate a spec given as a dict (schema only; :func:`pipeline.preflight.check_spec` checks files)."""
     if not isinstance(data, dict):
         raise SpecError("spec: must be a mapping")
     try:
-        spec = JobSpec.model_validate(data)
+        return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_format_errors(exc)) from None
-    if check_inputs:
-        from pipeline.readers import expand_inputs
-
-        missing = [
-            f"inputs.{i}.path: no file matches {inp.path!r}"
-            for i, inp in enumerate(spec.inputs)
-            if not expand_inputs([inp])
-        ]
-        missing.extend(_preflight_stages(spec))
-        if spec.tokenizer.path and not Path(spec.tokenizer.path).is_file():
-            missing.append(f"tokenizer.path: no such file {spec.tokenizer.path!r}")
-        if missing:
-            raise SpecError("\n".join(missing))
-    return spec
 
 
-def _preflight_stages(spec: JobSpec) -> list[str]:
-    from pipeline.stages import STAGES, StageContext
-
-    problems = []
-    for i, stage in enumerate(spec.stages):
-        cls = STAGES[stage.type]
-        try:
-            cls(spec.stage_params(i), StageContext(spec.name, spec.output.path, i + 1, "")).preflight()
-        except ValueError as exc:
-            problems.append(f"stages.{i}.params.{exc}")
-    return problems
-
-
-def load_spec(path: str | Path, check_inputs: bool = True) -> JobSpec:
+def load_spec(path: str | Path) -> JobSpec:
     """Load a spec from a YAML or JSON file; relative paths (inputs, tokenizer, output, stage path
     params such as ``dedup_against``) resolve against its folder."""
     path = Path(path)
@@ -199,7 +181,7 @@ def load_spec(path: str | Path, check_inputs: bool = True) -> JobSpec:
         if isinstance(out, dict) and isinstance(out.get("path"), str):
             out["path"] = _under(base, out["path"])
         _resolve_stage_paths(data.get("stages"), base)
-    return parse_spec(data, check_inputs=check_inputs)
+    return parse_spec(data)
 
 
 def _under(base: Path, path: str) -> str:
@@ -214,7 +196,7 @@ def _resolve_stage_paths(stages: Any, base: Path) -> None:
     Absolute paths stay as they are (``base / "/abs"`` is ``/abs``); an empty string keeps meaning "none".
     Anything malformed is left alone for validation to report.
     """
-    from pipeline.stages import STAGES
+    from pipeline.stages import REGISTRY, stage_class
 
     def resolve(value: Any) -> Any:
         if isinstance(value, str):
@@ -227,9 +209,8 @@ def _resolve_stage_paths(stages: Any, base: Path) -> None:
         if not isinstance(stage, dict) or not isinstance(stage.get("type"), str):
             continue
         params = stage.get("params")
-        cls = STAGES.get(stage["type"])
-        if cls is None or not isinstance(params, dict):
+        if stage["type"] not in REGISTRY or not isinstance(params, dict):
             continue
-        for key in cls.path_params:
+        for key in stage_class(stage["type"]).path_params:
             if key in params:
                 params[key] = resolve(params[key])

@@ -26,10 +26,11 @@ def _progress(msg: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pipeline.spec import SpecError, load_spec, parse_spec
+    from pipeline.preflight import load_checked
+    from pipeline.spec import SpecError, parse_spec
 
     try:
-        spec = load_spec(args.spec)
+        spec = load_checked(args.spec)
     except SpecError as exc:
         return _err(str(exc))
     data = spec.model_dump()
@@ -40,15 +41,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.overwrite:
         data["output"]["overwrite"] = True
     try:  # validated again, so a flag gets the same checks as the spec field it overrides
-        spec = parse_spec(data, check_inputs=False)
+        spec = parse_spec(data)
     except SpecError as exc:
         return _err(str(exc))
     return _run(spec)
 
 
 def _run(spec: Any) -> int:
-    from pipeline.runner import JobError, run_job
-    from pipeline.summary import format_summary
+    from pipeline.job.runner import JobError, run_job
+    from pipeline.job.summary import format_summary
     from pipeline.tokenize import TokenizerError
 
     try:
@@ -68,7 +69,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from pipeline.inspect_shards import Decoder, iter_samples, split_documents, verify_shards
+    from pipeline.output.inspect import Decoder, iter_samples, split_documents, verify_shards
     from pipeline.shard_format import Manifest
 
     out = Path(args.output)
@@ -101,7 +102,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 shown = text if args.full or len(text) <= 300 else text[:300] + f"... [{len(text)} chars]"
                 print(f"[{doc_id}] {shown}")
     if args.export_docs:
-        from pipeline.inspect_shards import decode_documents
+        from pipeline.output.inspect import decode_documents
 
         docs = decode_documents(out)
         with open(args.export_docs, "w", encoding="utf-8") as f:

@@ -14,7 +14,7 @@ import pytest
 def ray_local():
     import ray
 
-    from pipeline.ray_env import configure_data_context, init_ray
+    from pipeline.job.ray_env import configure_data_context, init_ray
 
     if ray.is_initialized():
         configure_data_context()

@@ -7,7 +7,7 @@ import pytest
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components as scipy_cc
 
-from pipeline import dedup_graph as g
+from pipeline.dedup import graph as g
 
 
 def _expected_roots(pairs: np.ndarray) -> dict[int, int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.runner import run_job
+from pipeline.job.runner import run_job
 from pipeline.spec import parse_spec
 from tests.corpus_fixtures import write_jsonl
 from tests.test_dedup_stages import edit, random_text

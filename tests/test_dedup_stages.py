@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from kernels.minhash import MinHasher
-from pipeline.dedup_index import DedupIndexError
+from pipeline.dedup.exact import ExactDedup, ExactDedupParams
+from pipeline.dedup.index import DedupIndexError
+from pipeline.dedup.near import NearDedup, NearDedupParams
 from pipeline.stages.base import StageContext
-from pipeline.stages.exact_dedup import ExactDedup, ExactDedupParams
-from pipeline.stages.near_dedup import NearDedup, NearDedupParams
 
 pytestmark = pytest.mark.ray
 
@@ -48,7 +48,7 @@ def jaccard(a: str, b: str) -> float:
 def run_stage(ray: Any, stage: Any, rows: list[dict[str, Any]], tmp: Path, blocks: int = 4, in_order: bool = True
               ) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     """Apply a DatasetStage to rows; return kept rows (in output order), its stats and its rejects."""
-    from pipeline.stats import StageRecorder, StatsActor
+    from pipeline.job.stats import StageRecorder, StatsActor
 
     if in_order:
         rows = sorted(rows, key=lambda r: r["ord"])

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.demo_corpus import _python_files, build_demo_corpus
+from pipeline.documents import Drop
 from pipeline.readers import read_file
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Drop
 
 MAX_BYTES = 2_000_000
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.inspect_shards import decode_documents, verify_shards
-from pipeline.runner import JobError, run_job
+from pipeline.job.runner import JobError, run_job
+from pipeline.output.inspect import decode_documents, verify_shards
 from pipeline.shard_format import Manifest
 from pipeline.spec import parse_spec
 from tests.corpus_fixtures import clean_corpus, make_text, write_jsonl
@@ -152,7 +152,7 @@ def test_instruction_records_get_a_loss_mask(ray_local, tmp_path):
     inputs = [{"path": str(tmp_path / "sft"), "format": "instruction"}]
     result = run_job(_spec(str(tmp_path / "sft"), tmp_path / "out", inputs=inputs))
     assert result.manifest.has_loss_mask
-    from pipeline.inspect_shards import Decoder, iter_samples, split_documents
+    from pipeline.output.inspect import Decoder, iter_samples, split_documents
 
     dec = Decoder(result.output_dir)
     sample = next(iter_samples(result.output_dir))
@@ -171,7 +171,7 @@ def test_same_named_text_files_get_distinct_ids_on_every_run(ray_local, tmp_path
     every run and wherever the corpus lies, so the shards (meta.json holds the ids) are identical."""
     import random
 
-    from pipeline.inspect_shards import iter_samples
+    from pipeline.output.inspect import iter_samples
 
     runs = []
     for where in ("here", "there/deeper"):

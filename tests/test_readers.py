@@ -15,10 +15,10 @@ import zstandard
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from pipeline.documents import Drop
 from pipeline.readers import detect_format, expand_inputs, read_file
 from pipeline.readers.docs import MAX_RAW_BYTES
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Drop
 
 RECORD_MASK = (1 << 40) - 1
 

@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from pipeline.documents import Drop
 from pipeline.packing import BestFitPacker
+from pipeline.preflight import checked
 from pipeline.readers import read_file
 from pipeline.spec import InputSpec, SpecError, TokenizerSpec, parse_spec
-from pipeline.stages.base import Drop
 
 
 def _spec(tmp_path, **over):
@@ -68,7 +69,7 @@ def test_sparse_vocab_gets_a_wide_dtype_and_never_wraps():
 )
 def test_refused_at_spec_time(tmp_path, over, start):
     with pytest.raises(SpecError) as err:
-        parse_spec(_spec(tmp_path, **over))
+        checked(_spec(tmp_path, **over))
     assert str(err.value).startswith(start), str(err.value)
 
 
@@ -81,7 +82,7 @@ def test_cli_flag_gets_the_fields_checks(tmp_path):
 
 
 def test_foreign_files_in_output_are_not_deleted(tmp_path):
-    from pipeline.runner import JobError, _prepare_output
+    from pipeline.job.runner import JobError, _prepare_output
 
     out = tmp_path / "out"
     out.mkdir()
@@ -102,7 +103,7 @@ def test_malformed_manifest_is_a_clear_error(tmp_path):
 def test_ray_started_elsewhere_still_gets_ordered_output(ray_local):
     from ray.data import DataContext
 
-    from pipeline.ray_env import init_ray
+    from pipeline.job.ray_env import init_ray
 
     DataContext.get_current().execution_options.preserve_order = False
     assert init_ray() is False

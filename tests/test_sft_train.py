@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from pipeline.runner import run_job
-from pipeline.sft import render
+from pipeline.job.runner import run_job
+from pipeline.readers.templates import render
 from pipeline.shard_format import Manifest, iter_tar_samples
 from pipeline.spec import parse_spec
 from tests.corpus_fixtures import WORDS, write_jsonl

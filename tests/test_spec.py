@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 
+from pipeline.preflight import checked, load_checked
 from pipeline.spec import SpecError, load_spec, parse_spec
 
 
@@ -54,7 +55,7 @@ def test_hash_ignores_execution_and_output_place(tmp_path):
 )
 def test_invalid_spec_names_the_field(tmp_path, over, field):
     with pytest.raises(SpecError) as err:
-        parse_spec(_spec(tmp_path, **over))
+        checked(_spec(tmp_path, **over))
     assert str(err.value).startswith(field + ":"), str(err.value)
     assert len(str(err.value).splitlines()) == 1
 
@@ -97,7 +98,7 @@ def test_cli_reports_unreadable_yaml(tmp_path):
 
 def test_missing_tokenizer_file_is_refused_before_work(tmp_path):
     with pytest.raises(SpecError, match=r"^tokenizer.path: no such file"):
-        parse_spec(_spec(tmp_path, tokenizer={"path": str(tmp_path / "nope.json")}))
+        checked(_spec(tmp_path, tokenizer={"path": str(tmp_path / "nope.json")}))
 
 
 def test_relative_dedup_against_resolves_against_the_spec_folder(tmp_path, monkeypatch):
@@ -112,12 +113,12 @@ def test_relative_dedup_against_resolves_against_the_spec_folder(tmp_path, monke
               {"type": "exact_dedup", "params": {"dedup_against": ""}},
               {"type": "near_dedup"}]
     (folder / "s.yaml").write_text(yaml.safe_dump(_spec(folder, stages=stages)))
-    spec = load_spec(folder / "s.yaml", check_inputs=False)
+    spec = load_spec(folder / "s.yaml")
     base = folder.resolve()
     assert spec.stage_params(0).dedup_against == str(base / "../earlier")
     assert spec.stage_params(1).dedup_against == [str(base / "../earlier"), "/abs/out", ""]
     assert spec.stage_params(2).dedup_against == "" and spec.stage_params(3).dedup_against is None
-    in_code = parse_spec(_spec(folder, stages=stages), check_inputs=False)
+    in_code = parse_spec(_spec(folder, stages=stages))
     assert in_code.stage_params(0).dedup_against == "../earlier"
     assert in_code.stage_params(1).dedup_against == ["../earlier", "/abs/out", ""]
 
@@ -131,7 +132,7 @@ def test_home_paths_in_a_spec_file_are_the_users_home(tmp_path, monkeypatch):
     spec = _spec(folder, stages=[{"type": "exact_dedup", "params": {"dedup_against": "~/earlier"}}])
     spec["output"]["path"] = "~/out"
     (folder / "s.yaml").write_text(yaml.safe_dump(spec))
-    loaded = load_spec(folder / "s.yaml", check_inputs=False)
+    loaded = load_spec(folder / "s.yaml")
     assert loaded.stage_params(0).dedup_against == str(home / "earlier")
     assert loaded.output.path == str(home / "out")
 
@@ -144,7 +145,7 @@ def test_wrong_relative_dedup_against_is_refused_naming_field_and_resolved_path(
     stages = [{"type": "near_dedup", "params": {"dedup_against": ["../no_such_out"]}}]
     (folder / "s.yaml").write_text(yaml.safe_dump(_spec(folder, stages=stages)))
     with pytest.raises(SpecError) as err:
-        load_spec(folder / "s.yaml")
+        load_checked(folder / "s.yaml")
     assert str(err.value).startswith("stages.0.params.dedup_against:"), str(err.value)
     assert repr(str(folder.resolve() / "../no_such_out")) in str(err.value)
     assert len(str(err.value).splitlines()) == 1

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.stages.exact_dedup import ExactDedup, ExactDedupParams
-from pipeline.stages.near_dedup import NearDedup, NearDedupParams
+from pipeline.dedup.exact import ExactDedup, ExactDedupParams
+from pipeline.dedup.near import NearDedup, NearDedupParams
 from tests.test_dedup_stages import ctx, doc, edit, random_text, run_stage
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -35,11 +35,11 @@ DRIVER = r"""
 import json, sys, time
 t0 = time.time()
 import ray
-from pipeline.ray_env import init_ray
+from pipeline.job.ray_env import init_ray
 from pipeline.stages.base import StageContext
-from pipeline.stages.exact_dedup import ExactDedup, ExactDedupParams
-from pipeline.stages.near_dedup import NearDedup, NearDedupParams
-from pipeline.stats import StageRecorder, StatsActor
+from pipeline.dedup.exact import ExactDedup, ExactDedupParams
+from pipeline.dedup.near import NearDedup, NearDedupParams
+from pipeline.job.stats import StageRecorder, StatsActor
 
 init_ray(address=sys.argv[1])
 rows = json.load(open(sys.argv[2]))

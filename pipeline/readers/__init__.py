@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pipeline.documents import Doc, Drop
 from pipeline.readers.docs import RECORD_BITS, drop, error_text
 from pipeline.readers.jsonl import read_jsonl
 from pipeline.readers.parquet import read_parquet
@@ -16,7 +17,6 @@ from pipeline.readers.sft import read_sft
 from pipeline.readers.text import read_text
 from pipeline.readers.warc import read_warc
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Doc, Drop
 
 __all__ = ["detect_format", "expand_inputs", "read_file"]
 

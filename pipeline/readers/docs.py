@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.stages.base import Doc, Drop
+from pipeline.documents import Doc, Drop
 
 #: a dropped record keeps at most this much of its raw bytes (enough to see what went wrong)
 MAX_RAW_BYTES = 10 * 1024

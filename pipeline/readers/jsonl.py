@@ -11,10 +11,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from pipeline.documents import Doc, Drop
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
 from pipeline.readers.docs import drop, encodable, error_text, make_doc, make_ord, meta_json, record_id
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Doc, Drop
 
 BOM = "\ufeff"
 

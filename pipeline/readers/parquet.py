@@ -7,10 +7,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.documents import Doc, Drop
 from pipeline.readers.docs import drop, error_text
 from pipeline.readers.jsonl import record_doc
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Doc, Drop
 
 BATCH_ROWS = 1024
 

@@ -1,4 +1,4 @@
-"""Instruction and chat JSONL records rendered by :func:`pipeline.sft.render` into loss-masked segments.
+"""Instruction and chat JSONL records rendered by :func:`pipeline.readers.templates.render` into loss-masked segments.
 
 The document's text is the concatenation of the segments; ``segments`` keeps the split as JSON
 ``[[text, train], ...]`` so the tokenizer can put loss only on the response parts.
@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from pipeline.documents import Doc, Drop
 from pipeline.readers.docs import drop, encodable, make_doc, make_ord, meta_json, record_id
 from pipeline.readers.jsonl import iter_records
-from pipeline.sft import RecordError, render
+from pipeline.readers.templates import RecordError, render
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Doc, Drop
 
 #: the record fields a format consumes; the rest goes to meta
 RENDERED_FIELDS = {"instruction": ("instruction", "input", "output"), "chat": ("messages",)}

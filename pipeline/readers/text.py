@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pipeline.documents import Doc, Drop
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
 from pipeline.readers.docs import default_id, drop, error_text, make_doc, make_ord
-from pipeline.stages.base import Doc, Drop
 
 BOM = "\ufeff"
 

@@ -13,9 +13,9 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.limitreader import LimitReader
 
+from pipeline.documents import Doc, Drop
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
 from pipeline.readers.docs import default_id, drop, encodable, error_text, make_doc, make_ord, meta_json
-from pipeline.stages.base import Doc, Drop
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 #: options of trafilatura.extract: `fast` skips the backup extractors (readability, jusText), about 1.5x

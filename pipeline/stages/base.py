@@ -7,7 +7,7 @@ restore a deterministic order after any shuffle) and ``meta`` (a JSON string).
 Two kinds of stage:
 - :class:`Stage` works on one batch at a time (normalize, filters, PII, tokenize...). Subclasses
   implement :meth:`Stage.process` or, for a per-document filter, :meth:`FilterStage.filter`.
-  The runner wraps them in :class:`pipeline.stage_runner.BatchStageRunner`, which counts docs in/out,
+  The runner wraps them in :class:`pipeline.job.udfs.BatchStageRunner`, which counts docs in/out,
   drops per reason, bytes and seconds, and writes dropped documents to ``rejected/``.
 - :class:`DatasetStage` needs the whole dataset (exact and near dedup): it gets the Ray Dataset and
   returns a new one, recording its counters and rejects through the :class:`StageContext`.
@@ -21,20 +21,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-Doc = dict[str, Any]
+from pipeline.documents import Doc, Drop
 
 
 class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-@dataclass
-class Drop:
-    """A document taken out of the stream, why, and optional detail (e.g. the id it duplicates)."""
-
-    doc: Doc
-    reason: str
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -112,7 +103,7 @@ class DatasetStage:
     def apply(self, ds: Any, recorder: Any) -> Any:
         """Return the dataset without the dropped documents.
 
-        ``recorder`` is a :class:`pipeline.stats.StageRecorder`: call ``recorder.rejects(batch)`` from
+        ``recorder`` is a :class:`pipeline.job.stats.StageRecorder`: call ``recorder.rejects(batch)`` from
         Ray tasks with the dropped rows (they must carry ``reason`` and may carry ``detail``) and
         ``recorder.counts(docs_in=..., docs_out=..., dropped={reason: n}, bytes_in=..., seconds=...)``.
         """

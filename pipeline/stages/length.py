@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.stages.base import Doc, FilterStage
+from pipeline.documents import Doc
+from pipeline.stages.base import FilterStage
 
 
 class LengthParams(BaseModel):

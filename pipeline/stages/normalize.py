@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.stages.base import Doc, Drop, Stage
+from pipeline.documents import Doc, Drop
+from pipeline.stages.base import Stage
 
 
 class NormalizeParams(BaseModel):

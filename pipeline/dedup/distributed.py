@@ -17,6 +17,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from pipeline import dedup_graph as g
+from pipeline.dedup import graph as g
+from pipeline.dedup.index import write_table_atomic
+from pipeline.documents import text_bytes
 
 #: target text bytes handled by one group task (verification, id look-ups)
 GROUP_BYTES = 128 << 20
@@ -119,6 +122,14 @@ def group_of(ords: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return np.maximum(np.searchsorted(bounds, ords, side="right") - 1, 0)
 
 
+def split_table(table: pa.Table, part: np.ndarray, parts: int) -> list[pa.Table]:
+    """Rows of ``table`` grouped by their partition number, one table per partition (stable)."""
+    order = np.argsort(part, kind="stable")
+    table = table.take(pa.array(order))
+    cuts = np.searchsorted(part[order], np.arange(parts + 1))
+    return [table.slice(cuts[k], cuts[k + 1] - cuts[k]) for k in range(parts)]
+
+
 def route_table(table: pa.Table, column: str, bounds: np.ndarray) -> list[pa.Table]:
     """Split a table into one piece per group by the ord in ``column``."""
     if len(bounds) == 0:
@@ -193,6 +204,15 @@ def connected_components(inputs: list[list[ray.ObjectRef]], parts: int, max_roun
     raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
 
 
+@ray.remote(num_cpus=0.5)
+def write_part(folder: str, table_name: str, part: int, schema: pa.Schema, *pieces: pa.Table) -> int:
+    """Write partition ``part`` of one index table from the pieces every task produced for it."""
+    tables = [p for p in pieces if p.num_rows]
+    table = pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+    write_table_atomic(table, Path(folder) / table_name / f"part-{part:05d}.parquet")
+    return table.num_rows
+
+
 # ---- dropping documents in place --------------------------------------------------------------------
 
 @ray.remote(num_cpus=1)
@@ -228,15 +248,9 @@ def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *d
     index_pieces = indexer.pieces(kept) if indexer is not None else []
     recorder.counts(
         docs_in=n_in, docs_out=kept.num_rows, dropped=dict(dropped),
-        bytes_in=_text_bytes(table), bytes_out=_text_bytes(kept), seconds=time.perf_counter() - t0,
+        bytes_in=text_bytes(table), bytes_out=text_bytes(kept), seconds=time.perf_counter() - t0,
     )
     return (kept, *index_pieces) if n_index else kept
-
-
-def _text_bytes(table: pa.Table) -> int:
-    if table.num_rows == 0:
-        return 0
-    return int(pc.sum(pc.binary_length(table.column("text").cast(pa.binary()))).as_py() or 0)
 
 
 def apply_drops(

@@ -1,129 +1,25 @@
-"""Near dedup: MinHash-LSH on Ray, connected components, one document kept per component.
-
-1. Per block of documents, MinHash signatures (kernels.minhash) and one key per LSH band.
-2. Band rows (key, ord) are hash-partitioned by key; each partition turns shared keys into candidate
-   pairs (all pairs of a bucket up to ``max_bucket`` documents, a star beyond).
-3. With ``verify`` (default), each pair's exact Jaccard on the shingle hashes is checked in two hops
-   through the blocks that hold its two documents (texts never move; one document's shingle set
-   travels to the other's block), and pairs below ``threshold`` are dropped.
-4. Connected components of the kept pairs, distributed (large-star / small-star, pipeline.dedup_graph).
-5. In every component the document with the smallest ``ord`` is kept; the others are dropped with
-   reason ``near_duplicate`` and ``{"cluster": id of the kept document}``.
-
-The band keys, signatures and ids of the kept documents are written to
-``{output_dir}/index/near_dedup/``; a later job with ``dedup_against`` adds those published documents
-to the graph as nodes that sort first, so new documents in their component are dropped with
-``near_duplicate_of_published`` (verified against the stored signatures: estimated Jaccard).
-"""
+"""Ray tasks of near dedup (:mod:`pipeline.dedup.near` is the stage; this module is imported only
+when it runs, so validating a spec never imports Ray)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import ray
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernels.minhash import MinHasher, band_keys, optimal_param
-from pipeline import dedup_graph as g
-from pipeline import dedup_ray as dr
-from pipeline.dedup_index import IndexSource, index_dir, open_sources, write_meta, write_part
-from pipeline.stages.base import DatasetStage
+from kernels.minhash import band_keys
+from pipeline.dedup import distributed as dr
+from pipeline.dedup import graph as g
+from pipeline.dedup.index import IndexSource, index_dir, open_sources, write_meta
+from pipeline.dedup.near import NearConfig, NearDedup, NearDedupParams
 
-#: kernel batch: documents signed per call (bounds the kernel's working memory)
-SIGN_BATCH = 512
 BAND_SCHEMA = pa.schema([("key", pa.uint64()), ("node", pa.int64())])
 DOC_SCHEMA = pa.schema([("node", pa.int64()), ("id", pa.string()), ("sig", pa.list_(pa.uint32()))])
 LABEL_SCHEMA = pa.schema([("v", pa.int64()), ("root", pa.int64())])
-
-
-class NearDedupParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    threshold: float = Field(0.8, gt=0.0, lt=1.0)
-    num_perm: int = Field(128, ge=2, le=1024)
-    #: LSH bands x rows; default: datasketch's optimum for the threshold (weighted towards recall
-    #: when verify is on, since verification removes the false positives)
-    bands: int | None = Field(None, ge=1)
-    rows: int | None = Field(None, ge=1)
-    ngram: int = Field(5, ge=1, le=64)
-    shingle: Literal["word", "char"] = "word"
-    seed: int = 1
-    hashfunc: Literal["fast", "sha1"] = "fast"
-    verify: bool = True
-    max_bucket: int = Field(64, ge=2, le=4096)
-    dedup_against: str | list[str] | None = None
-    partitions: int | None = Field(None, ge=1, le=4096)
-    #: where signatures are permuted: numpy, or torch on CUDA ("cuda": signature tasks ask Ray for a GPU)
-    device: Literal["cpu", "auto", "cuda"] = "cpu"
-    write_index: bool = True
-
-    @model_validator(mode="after")
-    def _check_bands(self) -> NearDedupParams:
-        if (self.bands is None) != (self.rows is None):
-            raise ValueError("give both bands and rows, or neither")
-        if self.bands is not None and self.bands * self.rows > self.num_perm:
-            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
-        return self
-
-
-@dataclass(frozen=True)
-class NearConfig:
-    """What every task needs to sign documents the same way (picklable)."""
-
-    num_perm: int
-    bands: int
-    rows: int
-    ngram: int
-    shingle: str
-    seed: int
-    hashfunc: str
-    device: str
-    threshold: float
-
-    @classmethod
-    def from_params(cls, p: NearDedupParams) -> NearConfig:
-        if p.bands is not None:
-            bands, rows = p.bands, p.rows
-        else:
-            wfn = 0.85 if p.verify else 0.5
-            bands, rows = optimal_param(p.threshold, p.num_perm, 1.0 - wfn, wfn)
-        return cls(p.num_perm, bands, rows, p.ngram, p.shingle, p.seed, p.hashfunc, p.device, p.threshold)
-
-    def hasher(self) -> MinHasher:
-        # "cuda": the signature tasks ask Ray for a GPU; a task given none (index rows, verification)
-        # falls back to numpy rather than failing
-        device = "auto" if self.device == "cuda" else self.device
-        return MinHasher(self.num_perm, self.seed, self.ngram, self.shingle, self.hashfunc, device=device)
-
-    def index_params(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("device")
-        d.pop("threshold")
-        return d
-
-    def sign(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Signatures and shingle counts of texts, in kernel-sized batches."""
-        mh = self.hasher()
-        sigs, counts = [], []
-        for i in range(0, len(texts), SIGN_BATCH):
-            h, off = mh.shingle_hashes32(texts[i : i + SIGN_BATCH])
-            sigs.append(mh.signatures_from_hashes(h, off))
-            counts.append(np.diff(off))
-        if not sigs:
-            return np.zeros((0, self.num_perm), np.uint32), np.zeros(0, np.int64)
-        return np.concatenate(sigs), np.concatenate(counts)
-
-    def shingle_sets(self, texts: list[str]) -> list[np.ndarray]:
-        """Sorted distinct 64-bit shingle hashes per text (what verification compares)."""
-        mh = self.hasher()
-        out = []
-        for i in range(0, len(texts), SIGN_BATCH):
-            h, off = mh.shingle_hashes64(texts[i : i + SIGN_BATCH])
-            out.extend(np.unique(h[off[k] : off[k + 1]]) for k in range(len(off) - 1))
-        return out
 
 
 def _published_node(old: np.ndarray, source: int, nsources: int) -> np.ndarray:
@@ -334,98 +230,84 @@ class _Indexer:
         np_ = g.partition_of(ords, self.parts)
         docs = pa.table({"node": ords, "id": pa.array(list(ids), pa.string()),
                          "sig": pa.array(list(sigs), pa.list_(pa.uint32()))}, schema=DOC_SCHEMA)
-        return [*_split_table(bands, kp, self.parts), *_split_table(docs, np_, self.parts)]
+        return [*dr.split_table(bands, kp, self.parts), *dr.split_table(docs, np_, self.parts)]
 
-
-def _split_table(table: pa.Table, part: np.ndarray, parts: int) -> list[pa.Table]:
-    order = np.argsort(part, kind="stable")
-    table = table.take(pa.array(order))
-    cuts = np.searchsorted(part[order], np.arange(parts + 1))
-    return [table.slice(cuts[k], cuts[k + 1] - cuts[k]) for k in range(parts)]
 
 
 # ---- the stage ------------------------------------------------------------------------------------
 
-class NearDedup(DatasetStage):
-    name = "near_dedup"
-    Params = NearDedupParams
-    reorders = False  # documents are removed in place: blocks keep their order
-    path_params = ("dedup_against",)
 
-    def preflight(self) -> None:
-        open_sources(self.params.dedup_against, self.name, NearConfig.from_params(self.params).index_params())
-
-    def apply(self, ds: Any, recorder: Any) -> Any:
-        p = self.params
-        cfg = NearConfig.from_params(p)
-        sources = open_sources(p.dedup_against, self.name, cfg.index_params())
-        parts = p.partitions or (sources[0].partitions if sources else dr.default_partitions())
-        blocks = dr.DocBlocks.from_dataset(ds)
-        folder = index_dir(self.ctx.output_dir, self.name) if (p.write_index and self.ctx.output_dir) else None
-        live = [ref for ref, n in zip(blocks.refs, blocks.rows, strict=True) if n > 0]
-        if not live:
-            if folder is not None:
-                write_meta(folder, self.name, parts, cfg.index_params(), {"bands": 0, "docs": 0})
-            recorder.counts(docs_in=0, docs_out=0)
-            return ray.data.from_arrow_refs(blocks.refs) if blocks.refs else ds
-        G = blocks.groups
-        gpu = {"num_gpus": 1} if p.device == "cuda" else {}
-        maps = [dr.call(_band_map, parts, ref, cfg, parts, recorder, **gpu) for ref in live]
-        per_part = dr.transpose(maps)
-        if p.verify:
-            red = [dr.call(_band_reduce, 2 * G, j, parts, blocks.bounds, sources, True, p.max_bucket,
-                           *per_part[j]) for j in range(parts)]
-            edges = self._verify(blocks, cfg, parts, sources, red)
-        else:
-            edges = [dr.call(_band_reduce, parts, j, parts, blocks.bounds, sources, False, p.max_bucket,
-                             *per_part[j]) for j in range(parts)]
-        labels, _rounds = dr.connected_components(edges, parts)
-        drops = self._drops(blocks, sources, labels)
-        indexer = _Indexer(cfg, parts) if folder is not None else None
-        out, index_pieces = dr.apply_drops(blocks, drops, recorder, indexer, 2 * parts if indexer else 0)
-        result = ray.data.from_arrow_refs(out)
+def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
+    """The stage's work: see the module docstring of :mod:`pipeline.dedup.near`."""
+    cfg = NearConfig.from_params(p)
+    sources = open_sources(p.dedup_against, NearDedup.name, cfg.index_params())
+    parts = p.partitions or (sources[0].partitions if sources else dr.default_partitions())
+    blocks = dr.DocBlocks.from_dataset(ds)
+    folder = index_dir(ctx.output_dir, NearDedup.name) if (p.write_index and ctx.output_dir) else None
+    live = [ref for ref, n in zip(blocks.refs, blocks.rows, strict=True) if n > 0]
+    if not live:
         if folder is not None:
-            by_part = dr.transpose(index_pieces)
-            counts = ray.get(
-                [write_part.remote(str(folder), "bands", j, BAND_SCHEMA, *by_part[j]) for j in range(parts)]
-                + [write_part.remote(str(folder), "docs", j, DOC_SCHEMA, *by_part[parts + j])
-                   for j in range(parts)]
-            )
-            write_meta(folder, self.name, parts, cfg.index_params(),
-                       {"bands": int(sum(counts[:parts])), "docs": int(sum(counts[parts:]))})
-        return result
+            write_meta(folder, NearDedup.name, parts, cfg.index_params(), {"bands": 0, "docs": 0})
+        recorder.counts(docs_in=0, docs_out=0)
+        return ray.data.from_arrow_refs(blocks.refs) if blocks.refs else ds
+    G = blocks.groups
+    gpu = {"num_gpus": 1} if p.device == "cuda" else {}
+    maps = [dr.call(_band_map, parts, ref, cfg, parts, recorder, **gpu) for ref in live]
+    per_part = dr.transpose(maps)
+    if p.verify:
+        red = [dr.call(_band_reduce, 2 * G, j, parts, blocks.bounds, sources, True, p.max_bucket,
+                       *per_part[j]) for j in range(parts)]
+        edges = _verify(blocks, cfg, parts, sources, red)
+    else:
+        edges = [dr.call(_band_reduce, parts, j, parts, blocks.bounds, sources, False, p.max_bucket,
+                         *per_part[j]) for j in range(parts)]
+    labels, _rounds = dr.connected_components(edges, parts)
+    drops = _drops(blocks, sources, labels)
+    indexer = _Indexer(cfg, parts) if folder is not None else None
+    out, index_pieces = dr.apply_drops(blocks, drops, recorder, indexer, 2 * parts if indexer else 0)
+    result = ray.data.from_arrow_refs(out)
+    if folder is not None:
+        by_part = dr.transpose(index_pieces)
+        counts = ray.get(
+            [dr.write_part.remote(str(folder), "bands", j, BAND_SCHEMA, *by_part[j]) for j in range(parts)]
+            + [dr.write_part.remote(str(folder), "docs", j, DOC_SCHEMA, *by_part[parts + j])
+               for j in range(parts)]
+        )
+        write_meta(folder, NearDedup.name, parts, cfg.index_params(),
+                   {"bands": int(sum(counts[:parts])), "docs": int(sum(counts[parts:]))})
+    return result
 
-    @staticmethod
-    def _group_args(blocks: dr.DocBlocks, k: int) -> tuple[list[ray.ObjectRef], np.ndarray, np.ndarray]:
-        idx = blocks.blocks_of_group(k)
-        return [blocks.refs[i] for i in idx], blocks.lo[idx], blocks.hi[idx]
+def _group_args(blocks: dr.DocBlocks, k: int) -> tuple[list[ray.ObjectRef], np.ndarray, np.ndarray]:
+    idx = blocks.blocks_of_group(k)
+    return [blocks.refs[i] for i in idx], blocks.lo[idx], blocks.hi[idx]
 
-    def _verify(self, blocks: dr.DocBlocks, cfg: NearConfig, parts: int, sources: list[IndexSource],
-                red: list[list[ray.ObjectRef]]) -> list[list[ray.ObjectRef]]:
-        G = blocks.groups
-        new_by_group = dr.transpose([r[:G] for r in red])
-        pub_by_group = dr.transpose([r[G:] for r in red])
-        hop1 = []
-        for k in range(G):
-            refs, lo, hi = self._group_args(blocks, k)
-            hop1.append(dr.call(_verify_hop1, G + parts, refs, lo, hi, cfg, blocks.bounds, parts, len(red),
-                                sources, *new_by_group[k], *pub_by_group[k]))
-        to_hop2 = dr.transpose([h[:G] for h in hop1])
-        edges = [h[G:] for h in hop1]
-        for k in range(G):
-            refs, lo, hi = self._group_args(blocks, k)
-            edges.append(dr.call(_verify_hop2, parts, refs, lo, hi, cfg, parts, *to_hop2[k]))
-        return edges
+def _verify(blocks: dr.DocBlocks, cfg: NearConfig, parts: int, sources: list[IndexSource],
+            red: list[list[ray.ObjectRef]]) -> list[list[ray.ObjectRef]]:
+    G = blocks.groups
+    new_by_group = dr.transpose([r[:G] for r in red])
+    pub_by_group = dr.transpose([r[G:] for r in red])
+    hop1 = []
+    for k in range(G):
+        refs, lo, hi = _group_args(blocks, k)
+        hop1.append(dr.call(_verify_hop1, G + parts, refs, lo, hi, cfg, blocks.bounds, parts, len(red),
+                            sources, *new_by_group[k], *pub_by_group[k]))
+    to_hop2 = dr.transpose([h[:G] for h in hop1])
+    edges = [h[G:] for h in hop1]
+    for k in range(G):
+        refs, lo, hi = _group_args(blocks, k)
+        edges.append(dr.call(_verify_hop2, parts, refs, lo, hi, cfg, parts, *to_hop2[k]))
+    return edges
 
-    def _drops(self, blocks: dr.DocBlocks, sources: list[IndexSource], labels: list[ray.ObjectRef]
-               ) -> list[list[ray.ObjectRef]]:
-        G, K = blocks.groups, len(sources)
-        routed = [dr.call(_route_labels, G + K, blocks.bounds, K, lab) for lab in labels]
-        by_dest = dr.transpose(routed)
-        drops = []
-        for k in range(G):
-            refs, lo, hi = self._group_args(blocks, k)
-            drops.append(dr.call(_root_ids_new, G, refs, lo, hi, blocks.bounds, *by_dest[k]))
-        for s, src in enumerate(sources):
-            drops.append(dr.call(_root_ids_published, G, src, s, K, blocks.bounds, *by_dest[G + s]))
-        return dr.transpose(drops)
+def _drops(blocks: dr.DocBlocks, sources: list[IndexSource], labels: list[ray.ObjectRef]
+           ) -> list[list[ray.ObjectRef]]:
+    G, K = blocks.groups, len(sources)
+    routed = [dr.call(_route_labels, G + K, blocks.bounds, K, lab) for lab in labels]
+    by_dest = dr.transpose(routed)
+    drops = []
+    for k in range(G):
+        refs, lo, hi = _group_args(blocks, k)
+        drops.append(dr.call(_root_ids_new, G, refs, lo, hi, blocks.bounds, *by_dest[k]))
+    for s, src in enumerate(sources):
+        drops.append(dr.call(_root_ids_published, G, src, s, K, blocks.bounds, *by_dest[G + s]))
+    return dr.transpose(drops)
+

@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import ray
 
-from pipeline.dedup_graph import partition_of
+from pipeline.dedup.graph import partition_of
 
 INDEX_VERSION = 1
 
@@ -38,15 +37,6 @@ def write_table_atomic(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
-
-
-@ray.remote(num_cpus=0.5)
-def write_part(folder: str, table_name: str, part: int, schema: pa.Schema, *pieces: pa.Table) -> int:
-    """Write partition ``part`` of one index table from the pieces every task produced for it."""
-    tables = [p for p in pieces if p.num_rows]
-    table = pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
-    write_table_atomic(table, Path(folder) / table_name / f"part-{part:05d}.parquet")
-    return table.num_rows
 
 
 def write_meta(folder: Path, stage: str, partitions: int, params: dict[str, Any], rows: dict[str, int]) -> None:

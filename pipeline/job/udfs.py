@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.batches import DOC_SCHEMA, docs_to_table, reject_row, table_to_docs, text_bytes
+from pipeline.documents import DOC_SCHEMA, Drop, docs_to_table, reject_row, table_to_docs, text_bytes
+from pipeline.job.stats import StageRecorder
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Drop, Stage, StageContext
-from pipeline.stats import StageRecorder
+from pipeline.stages.base import Stage, StageContext
 
 READ_BATCH = 512
 

@@ -20,17 +20,17 @@ import numpy as np
 import ray
 from ray.data import ActorPoolStrategy
 
-from pipeline.dedup_index import DedupIndexError
+from pipeline.dedup.index import DedupIndexError
+from pipeline.job.progress import StageProgress
+from pipeline.job.ray_env import init_ray
+from pipeline.job.stats import StageRecorder, StatsActor
+from pipeline.job.udfs import BatchStageRunner, ReadFiles, TokenizeBatch
+from pipeline.output.shard_writer import ShardSetWriter, write_manifest
 from pipeline.packing import make_packer
-from pipeline.progress import StageProgress
-from pipeline.ray_env import init_ray
 from pipeline.readers import expand_inputs
 from pipeline.shard_format import STATS, TOKENIZER, Manifest, atomic_write_bytes, token_dtype
-from pipeline.shard_writer import ShardSetWriter, write_manifest
 from pipeline.spec import JobSpec
-from pipeline.stage_runner import BatchStageRunner, ReadFiles, TokenizeBatch
-from pipeline.stages import STAGES, DatasetStage, StageContext
-from pipeline.stats import StageRecorder, StatsActor
+from pipeline.stages import DatasetStage, StageContext, stage_class
 from pipeline.tokenize import TokenizerInfo, load_tokenizer, special_tokens, train_bpe
 
 Progress = Callable[[str], None]
@@ -178,7 +178,7 @@ def _curate(spec: JobSpec, files: list, out: Path, par: int, recorder: Callable[
         compute=ActorPoolStrategy(size=min(par, max(1, len(files)))),
     )
     for i, stage_spec in enumerate(spec.stages, start=1):
-        cls = STAGES[stage_spec.type]
+        cls = stage_class(stage_spec.type)
         params = spec.stage_params(i - 1)
         ctx = StageContext(spec.name, str(out), i, str(out / "index"), spec.execution.seed)
         key = f"{i:02d}-{cls.name}"

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.minhash import band_keys
-from pipeline import dedup_graph as g
-from pipeline.stages.near_dedup import NearConfig
+from pipeline.dedup import graph as g
+from pipeline.dedup.near import NearConfig
 
 
 @dataclass

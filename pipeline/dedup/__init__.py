@@ -1,0 +1,1 @@
+"""Near and exact deduplication: the stages (light modules) and their Ray tasks."""

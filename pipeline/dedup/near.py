@@ -1,0 +1,134 @@
+"""Near dedup: MinHash-LSH on Ray, connected components, one document kept per component.
+
+1. Per block of documents, MinHash signatures (kernels.minhash) and one key per LSH band.
+2. Band rows (key, ord) are hash-partitioned by key; each partition turns shared keys into candidate
+   pairs (all pairs of a bucket up to ``max_bucket`` documents, a star beyond).
+3. With ``verify`` (default), each pair's exact Jaccard on the shingle hashes is checked in two hops
+   through the blocks that hold its two documents (texts never move; one document's shingle set
+   travels to the other's block), and pairs below ``threshold`` are dropped.
+4. Connected components of the kept pairs, distributed (large-star / small-star, pipeline.dedup.graph).
+5. In every component the document with the smallest ``ord`` is kept; the others are dropped with
+   reason ``near_duplicate`` and ``{"cluster": id of the kept document}``.
+
+The band keys, signatures and ids of the kept documents are written to
+``{output_dir}/index/near_dedup/``; a later job with ``dedup_against`` adds those published documents
+to the graph as nodes that sort first, so new documents in their component are dropped with
+``near_duplicate_of_published`` (verified against the stored signatures: estimated Jaccard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kernels.minhash import MinHasher, optimal_param
+from pipeline.stages.base import DatasetStage
+
+#: kernel batch: documents signed per call (bounds the kernel's working memory)
+SIGN_BATCH = 512
+
+
+class NearDedupParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    threshold: float = Field(0.8, gt=0.0, lt=1.0)
+    num_perm: int = Field(128, ge=2, le=1024)
+    #: LSH bands x rows; default: datasketch's optimum for the threshold (weighted towards recall
+    #: when verify is on, since verification removes the false positives)
+    bands: int | None = Field(None, ge=1)
+    rows: int | None = Field(None, ge=1)
+    ngram: int = Field(5, ge=1, le=64)
+    shingle: Literal["word", "char"] = "word"
+    seed: int = 1
+    hashfunc: Literal["fast", "sha1"] = "fast"
+    verify: bool = True
+    max_bucket: int = Field(64, ge=2, le=4096)
+    dedup_against: str | list[str] | None = None
+    partitions: int | None = Field(None, ge=1, le=4096)
+    #: where signatures are permuted: numpy, or torch on CUDA ("cuda": signature tasks ask Ray for a GPU)
+    device: Literal["cpu", "auto", "cuda"] = "cpu"
+    write_index: bool = True
+
+    @model_validator(mode="after")
+    def _check_bands(self) -> NearDedupParams:
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("give both bands and rows, or neither")
+        if self.bands is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+        return self
+
+
+@dataclass(frozen=True)
+class NearConfig:
+    """What every task needs to sign documents the same way (picklable)."""
+
+    num_perm: int
+    bands: int
+    rows: int
+    ngram: int
+    shingle: str
+    seed: int
+    hashfunc: str
+    device: str
+    threshold: float
+
+    @classmethod
+    def from_params(cls, p: NearDedupParams) -> NearConfig:
+        if p.bands is not None:
+            bands, rows = p.bands, p.rows
+        else:
+            wfn = 0.85 if p.verify else 0.5
+            bands, rows = optimal_param(p.threshold, p.num_perm, 1.0 - wfn, wfn)
+        return cls(p.num_perm, bands, rows, p.ngram, p.shingle, p.seed, p.hashfunc, p.device, p.threshold)
+
+    def hasher(self) -> MinHasher:
+        # "cuda": the signature tasks ask Ray for a GPU; a task given none (index rows, verification)
+        # falls back to numpy rather than failing
+        device = "auto" if self.device == "cuda" else self.device
+        return MinHasher(self.num_perm, self.seed, self.ngram, self.shingle, self.hashfunc, device=device)
+
+    def index_params(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("device")
+        d.pop("threshold")
+        return d
+
+    def sign(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Signatures and shingle counts of texts, in kernel-sized batches."""
+        mh = self.hasher()
+        sigs, counts = [], []
+        for i in range(0, len(texts), SIGN_BATCH):
+            h, off = mh.shingle_hashes32(texts[i : i + SIGN_BATCH])
+            sigs.append(mh.signatures_from_hashes(h, off))
+            counts.append(np.diff(off))
+        if not sigs:
+            return np.zeros((0, self.num_perm), np.uint32), np.zeros(0, np.int64)
+        return np.concatenate(sigs), np.concatenate(counts)
+
+    def shingle_sets(self, texts: list[str]) -> list[np.ndarray]:
+        """Sorted distinct 64-bit shingle hashes per text (what verification compares)."""
+        mh = self.hasher()
+        out = []
+        for i in range(0, len(texts), SIGN_BATCH):
+            h, off = mh.shingle_hashes64(texts[i : i + SIGN_BATCH])
+            out.extend(np.unique(h[off[k] : off[k + 1]]) for k in range(len(off) - 1))
+        return out
+
+
+class NearDedup(DatasetStage):
+    name = "near_dedup"
+    Params = NearDedupParams
+    reorders = False  # documents are removed in place: blocks keep their order
+    path_params = ("dedup_against",)
+
+    def preflight(self) -> None:
+        from pipeline.dedup.index import open_sources
+
+        open_sources(self.params.dedup_against, self.name, NearConfig.from_params(self.params).index_params())
+
+    def apply(self, ds: Any, recorder: Any) -> Any:
+        from pipeline.dedup.near_tasks import near_dedup
+
+        return near_dedup(self.params, self.ctx, ds, recorder)

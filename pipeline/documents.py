@@ -1,0 +1,79 @@
+"""Documents: the dict a stage sees, the Arrow schema between Ray tasks, and a dropped document.
+
+A document is a plain dict with at least ``id`` (str), ``text`` (str), ``source`` (str, the path below
+its input), ``ord`` (int64: its position in the input, ``file_index << 40 | record_index``, used to
+restore a deterministic order after any shuffle), ``meta`` (a dict in Python, a JSON string in Arrow)
+and ``segments`` (SFT prompt/response spans, JSON, or empty). Readers, stages and the job engine all
+import this module; it imports nothing from them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Doc = dict[str, Any]
+
+
+@dataclass
+class Drop:
+    """A document taken out of the stream, why, and optional detail (e.g. the id it duplicates)."""
+
+    doc: Doc
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+DOC_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("text", pa.large_string()),
+        ("source", pa.string()),
+        ("ord", pa.int64()),
+        ("meta", pa.string()),
+        ("segments", pa.large_string()),
+    ]
+)
+DOC_FIELDS = DOC_SCHEMA.names
+
+
+def docs_to_table(docs: list[dict[str, Any]]) -> pa.Table:
+    rows = [{k: d.get(k) for k in DOC_FIELDS} for d in docs]
+    for r in rows:
+        meta = r["meta"]
+        if meta is None:
+            r["meta"] = "{}"
+        elif not isinstance(meta, str):
+            r["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+        if r["segments"] is None:
+            r["segments"] = ""
+    return pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
+
+
+def table_to_docs(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts, ``meta`` parsed into a dict so stages can read and add annotations."""
+    docs = table.select(DOC_FIELDS).to_pylist()
+    for d in docs:
+        d["meta"] = json.loads(d["meta"]) if d["meta"] else {}
+    return docs
+
+
+def text_bytes(table: pa.Table) -> int:
+    if table.num_rows == 0:
+        return 0
+    return int(pc.sum(pc.binary_length(table.column("text").cast(pa.large_binary()))).as_py() or 0)
+
+
+def reject_row(doc: dict[str, Any], reason: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "id": doc.get("id"),
+        "source": doc.get("source"),
+        "ord": doc.get("ord"),
+        "reason": reason,
+        "detail": detail or {},
+        "text": doc.get("text"),
+    }

@@ -1,0 +1,1 @@
+"""The job engine: phases, events, state, Ray orchestration."""

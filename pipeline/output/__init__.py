@@ -1,0 +1,1 @@
+"""What a job writes: shard sets, curated documents; and reading them back."""

@@ -1,0 +1,51 @@
+"""Checks of a valid spec against the filesystem, before any work starts.
+
+Kept apart from :mod:`pipeline.spec` (pure schema) so that parsing a spec stays cheap and importable
+anywhere; the CLI and the control plane call :func:`check_spec` before they start a job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.spec import JobSpec, SpecError, load_spec, parse_spec
+
+
+def problems(spec: JobSpec) -> list[str]:
+    """Every problem found, one line each, naming the field."""
+    from pipeline.readers import expand_inputs
+    from pipeline.stages import StageContext, stage_class
+
+    found = [
+        f"inputs.{i}.path: no file matches {inp.path!r}"
+        for i, inp in enumerate(spec.inputs)
+        if not expand_inputs([inp])
+    ]
+    for i, stage in enumerate(spec.stages):
+        cls = stage_class(stage.type)
+        try:
+            cls(spec.stage_params(i), StageContext(spec.name, spec.output.path, i + 1, "")).preflight()
+        except ValueError as exc:
+            found.append(f"stages.{i}.params.{exc}")
+    if spec.tokenizer.path and not Path(spec.tokenizer.path).is_file():
+        found.append(f"tokenizer.path: no such file {spec.tokenizer.path!r}")
+    return found
+
+
+def check_spec(spec: JobSpec) -> JobSpec:
+    """``spec`` itself when the filesystem agrees with it, else :class:`SpecError` listing why."""
+    found = problems(spec)
+    if found:
+        raise SpecError("\n".join(found))
+    return spec
+
+
+def checked(data: Any) -> JobSpec:
+    """:func:`pipeline.spec.parse_spec` then :func:`check_spec`."""
+    return check_spec(parse_spec(data))
+
+
+def load_checked(path: str | Path) -> JobSpec:
+    """:func:`pipeline.spec.load_spec` then :func:`check_spec`."""
+    return check_spec(load_spec(path))
