@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys  # noqa: I001
 from pathlib import Path
 
-# the repo root instead of bench/ on sys.path: bench/tokenize.py would shadow the stdlib's tokenize
+# the repo root instead of bench/ on sys.path, so `pipeline`, `training` and `bench` import
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse

@@ -68,12 +68,27 @@ def text_bytes(table: pa.Table) -> int:
     return int(pc.sum(pc.binary_length(table.column("text").cast(pa.large_binary()))).as_py() or 0)
 
 
-def reject_row(doc: dict[str, Any], reason: str, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+#: the fields of a record in ``rejected/``, the same for every stage (readers included)
+REJECT_FIELDS = ("id", "source", "ord", "stage", "reason", "kept_id", "detail", "text")
+
+
+def reject_row(
+    doc: dict[str, Any], reason: str, detail: dict[str, Any] | None = None, stage: str | None = None
+) -> dict[str, Any]:
+    """A dropped document as written to ``rejected/``: one schema whatever the stage, so tools can read
+    every stage's rejects alike. ``kept_id`` (the id of the document kept in its place, for duplicates;
+    else None) is taken out of ``detail``; ``detail`` holds the rest (error, url, ...). ``stage`` is
+    filled in by the recorder. Applying it to its own output gives the same row.
+    """
+    rest = dict(detail) if isinstance(detail, dict) else ({} if detail is None else {"value": detail})
+    kept_id = rest.pop("kept_id", doc.get("kept_id"))
     return {
         "id": doc.get("id"),
         "source": doc.get("source"),
         "ord": doc.get("ord"),
+        "stage": stage if stage is not None else doc.get("stage"),
         "reason": reason,
-        "detail": detail or {},
+        "kept_id": kept_id,
+        "detail": rest,
         "text": doc.get("text"),
     }

@@ -79,7 +79,27 @@ class PackStats:
 Doc = tuple[str, np.ndarray, "np.ndarray | None"]
 
 
-class BestFitPacker:
+class Packer:
+    """What both packers share: ``add`` one document (empty ones are skipped), ``flush`` at the end."""
+
+    stats: PackStats
+
+    def add(
+        self, doc_id: str, ids: np.ndarray, mask: np.ndarray | None = None, ord: int = -1
+    ) -> Iterator[PackedSequence]:
+        if len(ids) == 0:
+            return iter(())
+        self.stats.docs += 1
+        return self._add(doc_id, ids, mask, ord)
+
+    def _add(self, doc_id: str, ids: np.ndarray, mask: np.ndarray | None, ord: int) -> Iterator[PackedSequence]:
+        raise NotImplementedError
+
+    def flush(self) -> Iterator[PackedSequence]:
+        raise NotImplementedError
+
+
+class BestFitPacker(Packer):
     def __init__(self, seq_len: int, max_open: int = 1024):
         self.seq_len = seq_len
         self.max_open = max_open
@@ -89,13 +109,8 @@ class BestFitPacker:
         self._open: dict[int, PackedSequence] = {}
         self._counter = 0
 
-    def add(
-        self, doc_id: str, ids: np.ndarray, mask: np.ndarray | None = None, ord: int = -1
-    ) -> Iterator[PackedSequence]:
+    def _add(self, doc_id: str, ids: np.ndarray, mask: np.ndarray | None, ord: int) -> Iterator[PackedSequence]:
         n = len(ids)
-        if n == 0:
-            return
-        self.stats.docs += 1
         L = self.seq_len
         start = 0
         if n > L:
@@ -143,7 +158,7 @@ class BestFitPacker:
         self._free.clear()
 
 
-class ConcatPacker:
+class ConcatPacker(Packer):
     """The baseline: concatenate and cut every ``seq_len`` tokens."""
 
     def __init__(self, seq_len: int):
@@ -152,13 +167,8 @@ class ConcatPacker:
         self._pieces: list[Piece] = []
         self._fill = 0
 
-    def add(
-        self, doc_id: str, ids: np.ndarray, mask: np.ndarray | None = None, ord: int = -1
-    ) -> Iterator[PackedSequence]:
+    def _add(self, doc_id: str, ids: np.ndarray, mask: np.ndarray | None, ord: int) -> Iterator[PackedSequence]:
         n = len(ids)
-        if n == 0:
-            return
-        self.stats.docs += 1
         start = 0
         cut = False
         while start < n:
@@ -188,7 +198,7 @@ def _piece(doc_id: str, ids: np.ndarray, mask: np.ndarray | None, a: int, b: int
     return Piece(doc_id, ids[a:b], None if mask is None else mask[a:b], ord)
 
 
-def make_packer(method: str, seq_len: int, max_open: int = 1024) -> BestFitPacker | ConcatPacker:
+def make_packer(method: str, seq_len: int, max_open: int = 1024) -> Packer:
     if method == "best_fit":
         return BestFitPacker(seq_len, max_open)
     if method == "concat":

@@ -28,7 +28,7 @@ def problems(spec: JobSpec) -> list[str]:
             cls(spec.stage_params(i), StageContext(spec.name, spec.output.path, i + 1, "")).preflight()
         except ValueError as exc:
             found.append(f"stages.{i}.params.{exc}")
-    if spec.tokenizer.path and not Path(spec.tokenizer.path).is_file():
+    if spec.tokenizer and spec.tokenizer.path and not Path(spec.tokenizer.path).is_file():
         found.append(f"tokenizer.path: no such file {spec.tokenizer.path!r}")
     return found
 

@@ -1,9 +1,16 @@
-"""The shard contract shared by the shard writer and the trainer's loader.
+"""The shard contract shared by the shard writer, the trainer's loader and ``tokenmill inspect``.
 
 One WebDataset sample is one packed sequence: ``input_ids.npy`` (uint16 when the vocabulary fits,
 else uint32; unpadded, so its length is the sum of ``doc_lens``), ``doc_lens.npy`` (int32),
 optionally ``loss_mask.npy`` (uint8, 0 on prompt tokens) and a small ``meta.json``.
-Only ``.npy`` (with ``allow_pickle=False``) and ``.json`` are ever decoded: no pickle anywhere.
+Only ``.npy`` (1-D integer arrays, header checked before anything is allocated) and ``.json``
+(nesting bounded) are ever decoded: no pickle anywhere.
+
+A manifest or a shard may come from anywhere (a copied folder, an HTTP server), so everything read
+here is treated as hostile: :meth:`Manifest.validate` is the one strict schema the writer (through
+:meth:`Manifest.to_json`), the loader and ``inspect`` all apply, every read is bounded (the manifest
+by :data:`MAX_MANIFEST_BYTES`, a shard by its own ``bytes`` entry), and every problem is a
+:class:`ShardFormatError` whose one-line message names the field or member and never echoes file bytes.
 This module imports nothing but the standard library and numpy so the trainer can use it alone.
 """
 
@@ -13,9 +20,13 @@ import hashlib
 import io
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import re
+import stat
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -25,6 +36,19 @@ STATS = "stats.json"
 TOKENIZER = "tokenizer.json"
 SHARD_DIR = "shards"
 ALLOWED_EXTENSIONS = ("input_ids.npy", "doc_lens.npy", "loss_mask.npy", "meta.json")
+
+MAX_MANIFEST_BYTES = 64 << 20  # ~400k shard entries: far beyond any real set, small enough to hold
+MAX_SHARD_BYTES = 1 << 32  # the loader holds a whole shard in memory; WebDataset advises ~0.1-1 GB
+MAX_SEQ_LEN = 1 << 22  # a batch row is allocated from seq_len before any sample is read
+MAX_SAMPLES_PER_SHARD = 1 << 31
+MAX_VOCAB = 1 << 32  # ids are uint32 at most
+MAX_JSON_DEPTH = 32  # meta.json and the manifest's ``extra``; real ones nest 2-3 deep
+MAX_NPY_HEADER = 10_000  # numpy's own default limit for an .npy header
+TOKEN_DTYPES = ("uint16", "uint32")
+
+
+class ShardFormatError(ValueError):
+    """A manifest or shard that breaks the contract: the message names the field or member and why."""
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -40,6 +64,72 @@ def sample_key(index: int) -> str:
     return f"{index:010d}"
 
 
+# ------------------------------------------------------------------------------- safe decoders
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def shown(name: str) -> str:
+    """A name read from a shard, fit for an error message: tar names come from the file, so anything
+    but a short plain name is not echoed (a garbage 'tar' may be a secret file's bytes)."""
+    return name if _SAFE_NAME.fullmatch(name) else "<unprintable name>"
+
+
+# what np.save writes for a C-ordered 1-D array: parsed by a regex, numpy's own header reader otherwise
+_NPY_MAGIC = b"\x93NUMPY"
+_NPY_FAST = re.compile(rb"\{'descr': '([<|][biu]\d)', 'fortran_order': False, 'shape': \((\d{1,19}),\), \}\s*")
+NPY_DTYPES = {d: np.dtype(d) for d in ("|b1", "|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8")}
+MEMBER_DTYPES: dict[str, frozenset[str]] = {
+    "input_ids.npy": frozenset({"<u2", "<u4"}),
+    "doc_lens.npy": frozenset({"<i4", "<i8"}),
+    "loss_mask.npy": frozenset({"|u1", "|b1"}),
+}
+
+
+def _npy_header_slow(header: bytes, major: int, what: str) -> tuple[str, int]:
+    """Any other valid header, through numpy's reader (literal_eval of at most MAX_NPY_HEADER bytes)."""
+    from numpy.lib import format as npy_format
+
+    size = len(header).to_bytes(2 if major == 1 else 4, "little")
+    reader = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+    try:
+        shape, _fortran, dtype = reader(io.BytesIO(size + header), max_header_size=MAX_NPY_HEADER)
+    except Exception:  # noqa: BLE001 - numpy raises many types on a hostile header (its text is not echoed)
+        raise ShardFormatError(f"{what}: unreadable .npy header") from None
+    if not isinstance(shape, tuple) or len(shape) != 1:
+        raise ShardFormatError(f"{what}: .npy array is not 1-D")
+    return dtype.str, shape[0]
+
+
+def npy_array(data: bytes | memoryview, what: str = ".npy member",
+              dtypes: Iterable[str] = NPY_DTYPES) -> np.ndarray:
+    """A zero-copy 1-D view of an ``.npy`` payload, after checking its header: dtype in ``dtypes``,
+    and a shape that the payload actually holds (so nothing is allocated from a declared shape)."""
+    buf = memoryview(data).cast("B")
+    if len(buf) < 10 or bytes(buf[:6]) != _NPY_MAGIC:
+        raise ShardFormatError(f"{what}: not an .npy array")
+    major = buf[6]
+    if major == 1:
+        hlen, start = int.from_bytes(buf[8:10], "little"), 10
+    elif major in (2, 3) and len(buf) >= 12:
+        hlen, start = int.from_bytes(buf[8:12], "little"), 12
+    else:
+        raise ShardFormatError(f"{what}: unsupported .npy version {major}")
+    if hlen > MAX_NPY_HEADER or start + hlen > len(buf):
+        raise ShardFormatError(f"{what}: .npy header of {hlen} bytes in a {len(buf)}-byte member")
+    header = bytes(buf[start:start + hlen])
+    m = _NPY_FAST.fullmatch(header)
+    descr, count = (m.group(1).decode(), int(m.group(2))) if m else _npy_header_slow(header, major, what)
+    if descr not in dtypes or descr not in NPY_DTYPES:
+        raise ShardFormatError(f"{what}: dtype {descr} not allowed (allowed: {', '.join(sorted(dtypes))})")
+    dtype = NPY_DTYPES[descr]
+    offset = start + hlen
+    if type(count) is not int or count < 0 or len(buf) - offset != count * dtype.itemsize:
+        raise ShardFormatError(f"{what}: .npy header declares {count} x {dtype} but {len(buf) - offset} "
+                               "bytes follow")
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=offset)
+
+
 def npy_bytes(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
@@ -47,7 +137,55 @@ def npy_bytes(array: np.ndarray) -> bytes:
 
 
 def npy_load(data: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    """A checked 1-D integer array (see :func:`npy_array`); never unpickles, never trusts the shape."""
+    return npy_array(data)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Iterative, so a deep value cannot exhaust the stack here either."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        items = v.values() if isinstance(v, dict) else v
+        stack.extend((x, depth + 1) for x in items if isinstance(x, dict | list))
+    return False
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ShardFormatError(f"key {shown(dup)} appears twice")
+    return out
+
+
+def json_value(data: bytes | memoryview | str, what: str = "", strict_keys: bool = False) -> Any:
+    """``json.loads`` with its failures as ShardFormatError (prefixed with ``what``), the nesting bounded
+    by MAX_JSON_DEPTH and, with ``strict_keys``, a key given twice in one object refused."""
+    raw = bytes(data) if isinstance(data, memoryview) else data
+    at = f"{what}: " if what else ""
+    try:
+        value = json.loads(raw, object_pairs_hook=_no_duplicate_keys if strict_keys else None)
+    except ShardFormatError as exc:
+        raise ShardFormatError(f"{at}{exc}") from None
+    except RecursionError:
+        raise ShardFormatError(f"{at}JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except UnicodeDecodeError as exc:
+        raise ShardFormatError(f"{at}not UTF-8 text (at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ShardFormatError(f"{at}not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ShardFormatError(f"{at}not valid JSON ({exc})") from None
+    counter = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
+    if counter > MAX_JSON_DEPTH and isinstance(value, dict | list) and _too_deep(value, MAX_JSON_DEPTH):
+        raise ShardFormatError(f"{at}JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+# ---------------------------------------------------------------------------------------- samples
 
 
 def encode_sample(
@@ -74,6 +212,20 @@ def encode_sample(
     return sample
 
 
+def tar_bytes(samples: list[dict[str, bytes | str]]) -> bytes:
+    """One shard's bytes: the samples' members in a tar with fixed metadata (mtime 0, fixed owner and
+    mode), so the same samples always give the same bytes. The one tar writer of the pipeline's shard
+    writer and of ``training.synthetic``."""
+    import webdataset as wds
+
+    buf = io.BytesIO()
+    writer = wds.TarWriter(buf, user="tokenmill", group="tokenmill", mode=0o444, encoder=False, mtime=0)
+    for sample in samples:
+        writer.write(sample)
+    writer.close()
+    return buf.getvalue()
+
+
 @dataclass
 class Sample:
     key: str
@@ -83,38 +235,124 @@ class Sample:
     meta: dict[str, Any]
 
 
-def decode_sample(key: str, members: dict[str, bytes]) -> Sample:
-    """Decode the members of one sample (extension -> bytes); refuses anything but .npy/.json."""
+def decode_sample(key: str, members: dict[str, bytes | memoryview]) -> Sample:
+    """Decode the members of one sample (extension -> bytes); refuses anything but .npy/.json and any
+    sample whose arrays disagree (doc_lens must be non-negative and sum to the number of tokens)."""
+    name = f"sample {shown(key)}"
     unknown = set(members) - set(ALLOWED_EXTENSIONS)
     if unknown:
-        raise ValueError(f"sample {key}: refusing to decode members {sorted(unknown)}")
-    return Sample(
-        key=key,
-        input_ids=npy_load(members["input_ids.npy"]),
-        doc_lens=npy_load(members["doc_lens.npy"]),
-        loss_mask=npy_load(members["loss_mask.npy"]) if "loss_mask.npy" in members else None,
-        meta=json.loads(members["meta.json"]) if "meta.json" in members else {},
-    )
+        raise ShardFormatError(f"{name}: refusing to decode members {sorted(shown(u) for u in unknown)}")
+    for required in ("input_ids.npy", "doc_lens.npy"):
+        if required not in members:
+            raise ShardFormatError(f"{name}: no {required} member")
+    ids = npy_array(members["input_ids.npy"], f"{name}: input_ids.npy", MEMBER_DTYPES["input_ids.npy"])
+    lens = npy_array(members["doc_lens.npy"], f"{name}: doc_lens.npy", MEMBER_DTYPES["doc_lens.npy"])
+    n = len(ids)
+    if len(lens) and (int(lens.min()) < 0 or int(lens.max()) > n or int(lens.sum()) != n):
+        raise ShardFormatError(f"{name}: doc_lens must be >= 0 and sum to the {n} tokens")
+    if not len(lens) and n:
+        raise ShardFormatError(f"{name}: doc_lens is empty for {n} tokens")
+    mask = None
+    if "loss_mask.npy" in members:
+        mask = npy_array(members["loss_mask.npy"], f"{name}: loss_mask.npy", MEMBER_DTYPES["loss_mask.npy"])
+        if len(mask) != n:
+            raise ShardFormatError(f"{name}: loss_mask has {len(mask)} entries for {n} tokens")
+    meta: Any = {}
+    if "meta.json" in members:
+        meta = json_value(members["meta.json"], f"{name}: meta.json")
+        if not isinstance(meta, dict):
+            raise ShardFormatError(f"{name}: meta.json is not a JSON object")
+    return Sample(key=key, input_ids=ids, doc_lens=lens, loss_mask=mask, meta=meta)
 
 
-def iter_tar_samples(fileobj) -> Any:
-    """Yield decoded samples from an (uncompressed) tar stream, grouping members by key."""
-    import tarfile
-
+def group_samples(members: Iterable[tuple[str, bytes | memoryview]]) -> Iterator[Sample]:
+    """Tar members (name, payload) in order -> samples: ``KEY.EXT`` members with the same key,
+    adjacent. A key that comes back later or a member given twice is refused (it would repeat data)."""
     current: str | None = None
-    members: dict[str, bytes] = {}
-    with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+    group: dict[str, bytes | memoryview] = {}
+    seen: set[str] = set()
+    for name, payload in members:
+        key, _, ext = name.partition(".")
+        if key != current:
+            if current is not None:
+                yield decode_sample(current, group)
+                group = {}
+            if key in seen:
+                raise ShardFormatError(f"sample {shown(key)}: its members are not adjacent (key repeated)")
+            seen.add(key)
+            current = key
+        if ext in group:
+            raise ShardFormatError(f"sample {shown(key)}: member {shown(ext)} appears twice")
+        group[ext] = payload
+    if current is not None:
+        yield decode_sample(current, group)
+
+
+def iter_tar_samples(fileobj: BinaryIO, max_member: int | None = None) -> Iterator[Sample]:
+    """Yield decoded samples from an (uncompressed) tar stream: the reference decoder.
+
+    Every failure is a ShardFormatError. ``max_member`` bounds a member's size (default: what a
+    seekable ``fileobj`` holds) so that no header can make it allocate more than the shard itself."""
+    if max_member is None and isinstance(fileobj, io.BytesIO):
+        max_member = fileobj.getbuffer().nbytes
+
+    def members(tar: tarfile.TarFile) -> Iterator[tuple[str, bytes]]:
         for info in tar:
             if not info.isfile():
                 continue
-            key, _, ext = info.name.partition(".")
-            if current is not None and key != current:
-                yield decode_sample(current, members)
-                members = {}
-            current = key
-            members[ext] = tar.extractfile(info).read()
-    if current is not None:
-        yield decode_sample(current, members)
+            if info.issparse() or (max_member is not None and info.size > max_member):
+                raise ShardFormatError(f"member {shown(info.name)}: {info.size} bytes in a shard of {max_member}")
+            f = tar.extractfile(info)
+            if f is None:
+                continue
+            yield info.name, f.read()
+
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+            yield from group_samples(members(tar))
+    except ShardFormatError:
+        raise
+    except (tarfile.TarError, EOFError, OSError, ValueError, OverflowError, KeyError, IndexError) as exc:
+        # tarfile's messages hold no payload bytes, but name only the kind of failure
+        raise ShardFormatError(f"not a readable tar archive ({type(exc).__name__})") from None
+
+
+# --------------------------------------------------------------------------------------- manifest
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_PRINTABLE = re.compile(r"[ -~]{0,256}")
+_PATH_PART = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def check_shard_name(name: str) -> str:
+    """A shard name is a relative path inside ``shards/``: plain parts only (no absolute path, no
+    ``..`` or ``.``, no backslash, no empty part), so it can only ever name a file of the shard set,
+    locally and as a URL path."""
+    parts = name.split("/")
+    if len(name) > 255 or len(parts) < 2 or parts[0] != SHARD_DIR:
+        return f"must be a relative path inside {SHARD_DIR}/"
+    for part in parts[1:]:
+        if part in ("", ".", "..") or not _PATH_PART.fullmatch(part):
+            return f"part {part!r} is not allowed (letters, digits, '_', '.', '-'; no '..', no empty parts)"
+    return ""
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _int(value: Any, where: str, lo: int, hi: int, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if type(value) is not int:  # bool is an int subclass, "16" is not an int: both refused
+        raise ShardFormatError(f"{where}: must be an integer, got {_kind(value)}")
+    if not lo <= value <= hi:
+        raise ShardFormatError(f"{where}: {value} is outside [{lo}, {hi}]")
+
+
+def _typed(value: Any, where: str, kind: type) -> None:
+    if type(value) is not kind:
+        raise ShardFormatError(f"{where}: must be {kind.__name__}, got {_kind(value)}")
 
 
 @dataclass
@@ -125,6 +363,9 @@ class ShardInfo:
     sha256: str
     bytes: int
     partial: bool = False
+
+
+_SHARD_FIELDS = {f.name for f in fields(ShardInfo)}
 
 
 @dataclass
@@ -153,30 +394,131 @@ class Manifest:
     def total_tokens(self) -> int:
         return sum(s.tokens for s in self.shards)
 
+    def validate(self) -> Manifest:
+        """The one schema of a shard set (writer, loader and inspect): raises ShardFormatError naming
+        the first field that breaks it. Integers are ints (not bool, not str) within bounds; every
+        shard but the last holds exactly ``samples_per_shard`` samples and the last is ``partial``
+        exactly when it holds fewer; names and checksums are unique; each shard's ``bytes`` can hold
+        its tokens and is what every read of that shard is bounded by."""
+        _int(self.format_version, "format_version", FORMAT_VERSION, FORMAT_VERSION)
+        for key in ("spec_hash", "tokenizer_hash"):
+            value = getattr(self, key)
+            _typed(value, key, str)
+            if not _PRINTABLE.fullmatch(value):
+                raise ShardFormatError(f"{key}: must be at most 256 printable ASCII characters")
+        _int(self.seq_len, "seq_len", 1, MAX_SEQ_LEN)
+        _int(self.vocab_size, "vocab_size", 1, MAX_VOCAB)
+        _typed(self.dtype, "dtype", str)
+        if self.dtype != token_dtype(self.vocab_size).name:
+            shown_dtype = self.dtype if self.dtype in TOKEN_DTYPES else "<other>"
+            raise ShardFormatError(f"dtype: {shown_dtype} but a vocabulary of {self.vocab_size} is stored as "
+                                   f"{token_dtype(self.vocab_size).name}")
+        _int(self.samples_per_shard, "samples_per_shard", 1, MAX_SAMPLES_PER_SHARD)
+        for key in ("bos_id", "eos_id", "pad_id"):
+            _int(getattr(self, key), key, 0, self.vocab_size - 1, optional=key != "pad_id")
+        _typed(self.has_loss_mask, "has_loss_mask", bool)
+        _typed(self.extra, "extra", dict)
+        if _too_deep(self.extra, MAX_JSON_DEPTH):
+            raise ShardFormatError(f"extra: nested deeper than {MAX_JSON_DEPTH} levels")
+        _typed(self.shards, "shards", list)
+        names: set[str] = set()
+        digests: set[str] = set()
+        itemsize = token_dtype(self.vocab_size).itemsize
+        last = len(self.shards) - 1
+        for i, s in enumerate(self.shards):
+            where = f"shards.{i}"
+            if not isinstance(s, ShardInfo):
+                raise ShardFormatError(f"{where}: must be a shard entry, got {_kind(s)}")
+            _typed(s.name, f"{where}.name", str)
+            problem = check_shard_name(s.name)
+            if problem:
+                raise ShardFormatError(f"{where}.name: {problem}")
+            if s.name in names:
+                raise ShardFormatError(f"{where}.name: {s.name} is listed twice")
+            names.add(s.name)
+            where = f"shards.{i} ({s.name})"
+            _int(s.samples, f"{where}.samples", 1, self.samples_per_shard)
+            _int(s.tokens, f"{where}.tokens", s.samples, s.samples * self.seq_len)
+            _typed(s.sha256, f"{where}.sha256", str)
+            if not _HEX64.fullmatch(s.sha256):
+                raise ShardFormatError(f"{where}.sha256: must be 64 lowercase hex digits")
+            if s.sha256 in digests:
+                raise ShardFormatError(f"{where}.sha256: same checksum as another shard (repeated data)")
+            digests.add(s.sha256)
+            _int(s.bytes, f"{where}.bytes", 1, MAX_SHARD_BYTES)
+            if s.bytes <= s.tokens * itemsize:
+                raise ShardFormatError(f"{where}.bytes: {s.bytes} cannot hold {s.tokens} {self.dtype} tokens")
+            _typed(s.partial, f"{where}.partial", bool)
+            if i < last and (s.partial or s.samples != self.samples_per_shard):
+                raise ShardFormatError(f"{where}: only the last shard may be partial, this one holds {s.samples} "
+                                       f"of {self.samples_per_shard} samples")
+            if i == last and s.partial != (s.samples < self.samples_per_shard):
+                raise ShardFormatError(f"{where}.partial: {s.partial} but it holds {s.samples} of "
+                                       f"{self.samples_per_shard} samples")
+        return self
+
     def to_json(self) -> str:
+        """Validated first: the writer can never publish a manifest the loader would refuse."""
+        self.validate()
         data = asdict(self)
         data["total_samples"] = self.total_samples
         data["total_tokens"] = self.total_tokens
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("malformed manifest: not a JSON object")
-        data.pop("total_samples", None)
-        data.pop("total_tokens", None)
-        if data.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"unsupported shard format version {data.get('format_version')}")
+    def from_json(cls, text: str | bytes) -> Manifest:
+        """Parse and validate; every failure is a ShardFormatError 'malformed manifest: FIELD: why'."""
         try:
-            data["shards"] = [ShardInfo(**s) for s in data["shards"]]
-            return cls(**data)
-        except (TypeError, KeyError) as exc:
-            raise ValueError(f"malformed manifest: {exc}") from None
+            return cls._parse(text)
+        except ShardFormatError as exc:
+            raise ShardFormatError(f"malformed manifest: {exc}") from None
+
+    @classmethod
+    def _parse(cls, text: str | bytes) -> Manifest:
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise ShardFormatError(f"larger than {MAX_MANIFEST_BYTES} bytes")
+        data = json_value(text, strict_keys=True)
+        if not isinstance(data, dict):
+            raise ShardFormatError("not a manifest: not a JSON object")
+        if data.get("format_version") != FORMAT_VERSION:
+            version = data.get("format_version")
+            raise ShardFormatError(f"format_version: unsupported shard format version "
+                                   f"{version if type(version) is int else _kind(version)}")
+        totals = {k: data.pop(k, None) for k in ("total_samples", "total_tokens")}
+        known = {f.name for f in fields(cls)}
+        _keys(data, known, {"format_version", "extra"}, "")
+        shards = data["shards"]
+        _typed(shards, "shards", list)
+        entries = []
+        for i, s in enumerate(shards):
+            if not isinstance(s, dict):
+                raise ShardFormatError(f"shards.{i}: must be an object, got {_kind(s)}")
+            _keys(s, _SHARD_FIELDS, {"partial"}, f"shards.{i}.")
+            entries.append(ShardInfo(**s))
+        data["shards"] = entries
+        manifest = cls(**data).validate()
+        for key, value in totals.items():
+            _int(value, key, 0, 1 << 62)
+            if value != getattr(manifest, key):
+                raise ShardFormatError(f"{key}: {value} but the shards add up to {getattr(manifest, key)}")
+        return manifest
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Manifest:
-        return cls.from_json((Path(directory) / MANIFEST).read_text())
+        """The manifest of a shard-set folder, read with a bound (it may be a device or a FIFO)."""
+        return cls.from_json(read_regular(Path(directory) / MANIFEST, MAX_MANIFEST_BYTES))
+
+
+def _keys(data: dict[str, Any], known: set[str], optional: set[str], prefix: str) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ShardFormatError(f"{prefix}{shown(unknown[0])}: unknown field")
+    missing = sorted(known - optional - set(data))
+    if missing:
+        raise ShardFormatError(f"{prefix}{missing[0]}: missing")
+
+
+# ------------------------------------------------------------------------------------------ files
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -189,6 +531,47 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def _open_regular(path: str | os.PathLike) -> BinaryIO:
+    """Open for reading, refusing anything but a regular file (``/dev/zero`` never ends, and opening
+    a FIFO would block: O_NONBLOCK makes that open return so it can be refused)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ShardFormatError("not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them: ShardFormatError if it holds more."""
+    with _open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise ShardFormatError(f"{size} bytes, more than the {limit} expected")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ShardFormatError(f"more than the {limit} bytes expected")
+    return data
+
+
+def hash_regular(path: str | os.PathLike, limit: int, chunk: int = 1 << 20) -> tuple[int, str]:
+    """(size, sha256) of a regular file, reading at most ``limit + 1`` bytes."""
+    h = hashlib.sha256()
+    total = 0
+    with _open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            return size, ""
+        while total <= limit and (block := f.read(min(chunk, limit + 1 - total))):
+            h.update(block)
+            total += len(block)
+    return total, h.hexdigest()
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -61,6 +61,9 @@ class PackingSpec(Strict):
     method: Literal["best_fit", "concat"] = "best_fit"
     #: open sequences best-fit may keep while it waits for a document that fills them
     max_open: int = Field(1024, ge=1)
+    #: documents per packing range: ranges are packed by separate Ray tasks (best-fit restarts at each
+    #: boundary), so output scales with workers and stays the same for any worker count
+    range_docs: int = Field(4096, ge=1)
 
 
 class OutputSpec(Strict):
@@ -68,6 +71,8 @@ class OutputSpec(Strict):
     samples_per_shard: int = Field(1024, gt=0)
     write_rejected: bool = True
     overwrite: bool = False
+    #: also write the kept documents (text, metadata, annotations) in ``ord`` order under ``documents/``
+    documents: Literal["parquet", "jsonl"] | None = None
 
 
 class ExecutionSpec(Strict):
@@ -82,7 +87,8 @@ class JobSpec(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     inputs: list[InputSpec] = Field(min_length=1)
     stages: list[StageSpec] = Field(default_factory=list)
-    tokenizer: TokenizerSpec = Field(default_factory=TokenizerSpec)
+    #: ``null``: a documents-only job (``output.documents`` required): no tokenizer, no shards
+    tokenizer: TokenizerSpec | None = Field(default_factory=TokenizerSpec)
     packing: PackingSpec = Field(default_factory=PackingSpec)
     output: OutputSpec
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
@@ -106,6 +112,8 @@ class JobSpec(Strict):
                 for err in exc.errors():
                     loc = ".".join(str(p) for p in err["loc"])
                     errors.append(f"stages.{i}.params{'.' + loc if loc else ''}: {_message(err)}")
+        if self.tokenizer is None and self.output.documents is None:
+            errors.append("tokenizer: null (a documents-only job) needs output.documents: parquet or jsonl")
         if errors:
             raise ValueError("; ".join(errors))
         self._params = params

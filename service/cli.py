@@ -1,28 +1,39 @@
 """``tokenmill`` command line: run a job, run the demo, inspect a shard set, plan, train.
 
-Errors a user can fix (an invalid spec, an existing output) print one line per problem and exit 2,
-without a traceback.
+Errors a user can fix (an invalid spec, an existing output, bad input) print one line per problem and exit 2,
+without a traceback; a failure of the program or the machine exits 1, a cancelled job (SIGINT, SIGTERM) 130.
+Ray's own logs go to the job's log file unless ``--verbose``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 EXIT_USAGE = 2
+#: a failure of the program or the machine (Ray lost a worker, a bug), not of what the user gave
+EXIT_FAILURE = 1
+#: like a shell's exit code for a process stopped by SIGINT
+EXIT_CANCELLED = 130
 
 
-def _err(msg: str) -> int:
+def _err(msg: str, code: int = EXIT_USAGE) -> int:
     for line in msg.splitlines():
-        print(f"error: {line}", file=sys.stderr)
-    return EXIT_USAGE
+        print(f"error: {line}", file=sys.stderr, flush=True)
+    return code
 
 
 def _progress(msg: str) -> None:
-    print(f"[tokenmill] {msg}", flush=True)
+    from service.progress import PREFIX
+
+    print(f"{PREFIX} {msg}", flush=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -44,20 +55,81 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = parse_spec(data)
     except SpecError as exc:
         return _err(str(exc))
-    return _run(spec)
+    return _run(spec, verbose=args.verbose)
 
 
-def _run(spec: Any) -> int:
-    from pipeline.job.runner import JobError, run_job
+def _run(spec: Any, verbose: bool = False) -> int:
+    """Run ``spec`` with a live progress view; SIGINT/SIGTERM cancel it (exit 130), a second SIGINT exits at once.
+
+    One line per failure: ``cancelled: ...`` (130), ``error: ...`` (2 for a bad spec or input, 1 for a
+    failure of the program or the machine); on success the summary table.
+    """
+    if verbose:  # read by pipeline.job.ray_env.init_ray, here and in anything this process starts
+        os.environ["TOKENMILL_VERBOSE"] = "1"
+    if spec.execution.address:  # a wrong address is a spec error (2), found before anything is started
+        from pipeline.job.ray_env import check_reachable
+
+        try:
+            check_reachable(spec.execution.address)
+        except ConnectionError as exc:
+            return _err(f"execution.address: cannot connect to {spec.execution.address}: {exc}")
+    from pipeline.job.engine import Job, JobCancelled, JobError
     from pipeline.job.summary import format_summary
     from pipeline.tokenize import TokenizerError
+    from service.progress import make_renderer
 
+    renderer = make_renderer(verbose=verbose)
+    job = Job(spec, on_event=renderer)
     try:
-        result = run_job(spec, progress=_progress)
-    except (JobError, TokenizerError) as exc:
+        with renderer, _cancel_on_signals(job, renderer):
+            result = job.run()
+    except JobCancelled as exc:
+        print(f"cancelled: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CANCELLED
+    except KeyboardInterrupt:  # the signal came after the job's own handling ended
+        print("cancelled", file=sys.stderr, flush=True)
+        return EXIT_CANCELLED
+    except JobError as exc:
+        if exc.category in ("validation", "input"):
+            return _err(str(exc))
+        ray_env = sys.modules.get("pipeline.job.ray_env")  # imported only if Ray was started
+        log = ray_env.ray_log_path() if ray_env else None
+        return _err(f"{exc} (Ray's log: {log})" if log else str(exc), EXIT_FAILURE)
+    except TokenizerError as exc:
         return _err(str(exc))
-    print(format_summary(result.stats, result.output_dir))
+    print(format_summary(result.stats, result.output_dir), flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def _cancel_on_signals(job: Any, renderer: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM ask the job to cancel (it stops within seconds and nothing is published); a
+    second signal exits at once with 130. The previous handlers come back afterwards."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    count = 0
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal count
+        count += 1
+        if count > 1:
+            os.write(sys.stderr.fileno(), b"cancelled: stopped at once (second signal)\n")
+            os._exit(EXIT_CANCELLED)
+        job.cancel()
+        renderer.cancelling()
+        # interrupt whatever the driver is blocked in (a dedup stage's ray.get, Ray Data's iterator): the
+        # job turns it into JobCancelled, cancels its Ray work and publishes nothing
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -65,7 +137,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     spec = demo_spec(Path(args.output), max_bytes=args.max_bytes, parallelism=args.parallelism)
     _progress(f"demo corpus and spec written under {Path(args.output).resolve()}")
-    return _run(spec)
+    return _run(spec, verbose=args.verbose)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -73,6 +145,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from pipeline.shard_format import Manifest
 
     out = Path(args.output)
+    if not (out / "manifest.json").exists() and (out / "documents" / "index.json").exists():
+        return _inspect_documents(out, args)
     try:
         manifest = Manifest.load(out)
     except (OSError, ValueError) as exc:
@@ -91,26 +165,55 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 bad += 1
                 print(f"BAD {check.name}: {check.problem}")
         print(f"checksums   {len(manifest.shards) - bad}/{len(manifest.shards)} OK")
-    if args.decode:
-        decoder = Decoder(out, manifest)
-        for n, sample in enumerate(iter_samples(out, manifest)):
-            if n >= args.decode:
-                break
-            print(f"--- sample {sample.key}: {len(sample.input_ids)} tokens, {len(sample.doc_lens)} document(s)")
-            for doc_id, ids in zip(sample.meta.get("doc_ids", []), split_documents(sample), strict=False):
-                text = decoder.decode(ids)
-                shown = text if args.full or len(text) <= 300 else text[:300] + f"... [{len(text)} chars]"
-                print(f"[{doc_id}] {shown}")
-    if args.export_docs:
-        from pipeline.output.inspect import decode_documents
+    try:  # every read is bounded and checked: a bad shard set ends in one line naming the shard
+        if args.decode:
+            decoder = Decoder(out, manifest)
+            for n, sample in enumerate(iter_samples(out, manifest)):
+                if n >= args.decode:
+                    break
+                print(f"--- sample {sample.key}: {len(sample.input_ids)} tokens, {len(sample.doc_lens)} document(s)")
+                for doc_id, ids in zip(sample.meta.get("doc_ids", []), split_documents(sample), strict=False):
+                    text = decoder.decode(ids)
+                    shown = text if args.full or len(text) <= 300 else text[:300] + f"... [{len(text)} chars]"
+                    print(f"[{doc_id}] {shown}")
+        if args.export_docs:
+            from pipeline.output.inspect import decode_documents
 
-        docs = decode_documents(out)
-        with open(args.export_docs, "w", encoding="utf-8") as f:
-            for ord_, text in sorted(docs.items()):
-                f.write(json.dumps({"ord": ord_, "text": text}, ensure_ascii=False) + "\n")
-        print(f"documents   {len(docs)} re-assembled and decoded to {args.export_docs}")
+            docs = decode_documents(out)
+            with open(args.export_docs, "w", encoding="utf-8") as f:
+                for ord_, text in sorted(docs.items()):
+                    f.write(json.dumps({"ord": ord_, "text": text}, ensure_ascii=False) + "\n")
+            print(f"documents   {len(docs)} re-assembled and decoded to {args.export_docs}")
+    except (OSError, ValueError) as exc:  # ShardFormatError is a ValueError
+        return _err(f"{out}: {exc}")
     if args.json:
         print(json.dumps({"samples": manifest.total_samples, "tokens": manifest.total_tokens, "bad_shards": bad}))
+    return 1 if bad else 0
+
+
+def _inspect_documents(out: Path, args: argparse.Namespace) -> int:
+    """A documents-only output (``tokenizer: null``): its listing, checksums, the first documents."""
+    from pipeline.output.inspect import iter_documents, load_documents_index, verify_documents
+
+    try:
+        index = load_documents_index(out)
+        print(f"documents   {out}: {index.rows} in {len(index.parts)} {index.format} part(s)")
+        bad = 0
+        if not args.no_verify:
+            for check in verify_documents(out, index):
+                if not check.ok:
+                    bad += 1
+                    print(f"BAD {check.name}: {check.problem}")
+            print(f"checksums   {len(index.parts) - bad}/{len(index.parts)} OK")
+        for n, doc in enumerate(iter_documents(out, index) if args.decode else ()):
+            if n >= args.decode:
+                break
+            text = doc["text"] if args.full or len(doc["text"]) <= 300 else doc["text"][:300] + "..."
+            print(f"[{doc['id']}] {text}")
+    except (OSError, ValueError) as exc:
+        return _err(f"{out}: {exc}")
+    if args.json:
+        print(json.dumps({"documents": index.rows, "parts": len(index.parts), "bad_parts": bad}))
     return 1 if bad else 0
 
 
@@ -129,12 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--parallelism", type=int, help="workers per stage (overrides the spec)")
     r.add_argument("--address", help="Ray address of an existing cluster (overrides the spec)")
     r.add_argument("--overwrite", action="store_true", help="replace an existing shard set")
+    r.add_argument("--verbose", action="store_true", help="show Ray's own logs (by default they go to the job's log)")
     r.set_defaults(func=cmd_run)
 
     d = sub.add_parser("demo", help="build a demo corpus from this machine's Python packages and run it")
     d.add_argument("--output", default="demo_out")
     d.add_argument("--max-bytes", type=int, default=20_000_000)
     d.add_argument("--parallelism", type=int)
+    d.add_argument("--verbose", action="store_true", help="show Ray's own logs (by default they go to the job's log)")
     d.set_defaults(func=cmd_demo)
 
     i = sub.add_parser("inspect", help="summarize a shard set, verify checksums, decode samples")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.job.runner import run_job
+from pipeline.job.engine import run_job
 from pipeline.spec import parse_spec
 from tests.corpus_fixtures import write_jsonl
 from tests.test_dedup_stages import edit, random_text
@@ -48,8 +48,8 @@ def test_dedup_stages_in_a_job_and_a_refresh(ray_local, tmp_path: Path) -> None:
     assert stats["02-exact_dedup"]["dropped"] == {"exact_duplicate": 1}
     assert stats["03-near_dedup"]["dropped"] == {"near_duplicate": 1}
     assert stats["03-near_dedup"]["docs_out"] == 41
-    assert _rejected(first.output_dir, "02-exact_dedup")["b0"]["detail"] == {"kept_id": "a3"}
-    assert _rejected(first.output_dir, "03-near_dedup")["b1"]["detail"] == {"cluster": "a8"}
+    assert _rejected(first.output_dir, "02-exact_dedup")["b0"]["kept_id"] == "a3"
+    assert _rejected(first.output_dir, "03-near_dedup")["b1"]["kept_id"] == "a8"
     for stage in ("exact_dedup", "near_dedup"):
         assert (first.output_dir / "index" / stage / "meta.json").is_file()
 
@@ -63,4 +63,4 @@ def test_dedup_stages_in_a_job_and_a_refresh(ray_local, tmp_path: Path) -> None:
     assert stats["02-exact_dedup"]["dropped"] == {"exact_duplicate_of_published": 1}
     assert stats["03-near_dedup"]["dropped"] == {"near_duplicate_of_published": 1}
     assert stats["03-near_dedup"]["docs_out"] == 1
-    assert _rejected(second.output_dir, "03-near_dedup")["c1"]["detail"] == {"cluster": "b2"}
+    assert _rejected(second.output_dir, "03-near_dedup")["c1"]["kept_id"] == "b2"

@@ -87,9 +87,9 @@ def test_exact_duplicates_across_input_files(ray_local: Any, tmp_path: Path) -> 
     by_id = {r["id"]: r for r in rejected}
     assert set(by_id) == {"f1-0", "f1-1", "f1-2"}
     assert by_id["f1-0"]["reason"] == "exact_duplicate"
-    assert by_id["f1-0"]["detail"] == {"kept_id": "f0-3"}
-    assert by_id["f1-1"]["detail"] == {"kept_id": "f0-7"}
-    assert by_id["f1-2"]["detail"] == {"kept_id": "f0-30"}  # smallest ord wins, not the first file read
+    assert by_id["f1-0"]["kept_id"] == "f0-3" and by_id["f1-0"]["detail"] == {}
+    assert by_id["f1-1"]["kept_id"] == "f0-7"
+    assert by_id["f1-2"]["kept_id"] == "f0-30"  # smallest ord wins, not the first file read
     assert by_id["f1-2"]["text"] == rows[-3]["text"]  # the rejected document is written as it was
     assert stats["docs_in"] == 35 and stats["docs_out"] == 32
     assert stats["dropped"] == {"exact_duplicate": 3}
@@ -116,7 +116,7 @@ def test_exact_dedup_against_a_published_output(ray_local: Any, tmp_path: Path) 
     stage = ExactDedup(ExactDedupParams(dedup_against=str(first)), ctx(second))
     kept, stats, rejected = run_stage(ray_local, stage, rows, second)
     assert sorted(r["id"] for r in kept) == ["f0-1", "f1-1"]
-    reasons = {r["id"]: (r["reason"], r["detail"]["kept_id"]) for r in rejected}
+    reasons = {r["id"]: (r["reason"], r["kept_id"]) for r in rejected}
     assert reasons == {
         "f0-0": ("exact_duplicate_of_published", "f0-4"),
         "f1-0": ("exact_duplicate_of_published", "f0-4"),
@@ -160,7 +160,7 @@ def test_planted_near_duplicates_are_removed_and_nothing_else(ray_local: Any, tm
     kept_ids = {r["id"] for r in kept}
     assert kept_ids == {r["id"] for r in rows} - set(close)
     assert far <= kept_ids and {f"base{i}" for i in range(40)} <= kept_ids
-    assert {r["id"]: r["detail"]["cluster"] for r in rejected} == close
+    assert {r["id"]: r["kept_id"] for r in rejected} == close
     assert {r["reason"] for r in rejected} == {"near_duplicate"}
     assert stats["dropped"] == {"near_duplicate": len(close)}
     assert stats["docs_in"] == len(rows) and stats["docs_out"] == len(kept)
@@ -198,7 +198,7 @@ def test_kept_set_is_the_same_on_every_run(ray_local: Any, tmp_path: Path) -> No
     for parts, blocks in ((1, 1), (3, 5), (8, 2), (3, 5)):
         stage = NearDedup(NearDedupParams(threshold=0.7, partitions=parts, write_index=False), ctx(""))
         kept, _, rejected = run_stage(ray_local, stage, rows, tmp_path / f"{parts}-{blocks}", blocks=blocks)
-        results.append(({r["id"] for r in kept}, {r["id"]: r["detail"]["cluster"] for r in rejected}))
+        results.append(({r["id"] for r in kept}, {r["id"]: r["kept_id"] for r in rejected}))
     assert all(r == results[0] for r in results)
     kept_ids, clusters = results[0]
     # one document per chain survives: the one with the smallest ord
@@ -235,7 +235,7 @@ def test_near_dedup_against_a_published_output(ray_local: Any, tmp_path: Path) -
     stage = NearDedup(NearDedupParams(threshold=0.7, dedup_against=[str(first)]), ctx(second))
     kept, stats, rejected = run_stage(ray_local, stage, rows, second)
     assert sorted(r["id"] for r in kept) == ["fresh", "other"]
-    got = {r["id"]: (r["reason"], r["detail"]["cluster"]) for r in rejected}
+    got = {r["id"]: (r["reason"], r["kept_id"]) for r in rejected}
     assert got == {
         "d1": ("near_duplicate_of_published", "old2"),
         "d2": ("near_duplicate_of_published", "old2"),
@@ -247,7 +247,7 @@ def test_near_dedup_against_a_published_output(ray_local: Any, tmp_path: Path) -
     kept, _, rejected = run_stage(ray_local, stage, [doc(0, 0, edit(rng, fresh, 0.01), "again"),
                                                      doc(0, 1, old[5], "old5-again")], third)
     assert kept == []
-    assert {r["id"]: r["detail"]["cluster"] for r in rejected} == {"again": "fresh", "old5-again": "old5"}
+    assert {r["id"]: r["kept_id"] for r in rejected} == {"again": "fresh", "old5-again": "old5"}
 
     with pytest.raises(DedupIndexError, match="num_perm"):
         NearDedup(NearDedupParams(threshold=0.7, num_perm=64, dedup_against=str(first)), ctx("")).apply(None, None)
@@ -286,7 +286,7 @@ def test_refresh_from_a_spec_file_with_a_relative_dedup_against(ray_local: Any, 
     kept, _, rejected = run_stage(ray_local, stage, [doc(0, 0, old[3], "again"), doc(0, 1, random_text(rng), "new")],
                                   out)
     assert [r["id"] for r in kept] == ["new"]
-    assert {r["id"]: (r["reason"], r["detail"]["kept_id"]) for r in rejected} == {
+    assert {r["id"]: (r["reason"], r["kept_id"]) for r in rejected} == {
         "again": ("exact_duplicate_of_published", "old3")}
 
 

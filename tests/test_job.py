@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.job.runner import JobError, run_job
+from pipeline.job.engine import JobError, run_job
 from pipeline.output.inspect import decode_documents, verify_shards
 from pipeline.shard_format import Manifest
 from pipeline.spec import parse_spec

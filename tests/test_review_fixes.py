@@ -82,15 +82,16 @@ def test_cli_flag_gets_the_fields_checks(tmp_path):
 
 
 def test_foreign_files_in_output_are_not_deleted(tmp_path):
-    from pipeline.job.runner import JobError, _prepare_output
+    from pipeline.job.engine import Job, JobError
 
     out = tmp_path / "out"
     out.mkdir()
     (out / "tokenizer.json").write_text("{}")
     spec = parse_spec(_spec(tmp_path))
-    with pytest.raises(JobError, match="already has tokenizer.json"):
-        _prepare_output(spec)
-    assert (out / "tokenizer.json").read_text() == "{}"
+    with pytest.raises(JobError, match="not written by tokenmill") as err:
+        Job(spec).run()
+    assert err.value.category == "validation"
+    assert (out / "tokenizer.json").read_text() == "{}" and sorted(p.name for p in out.iterdir()) == ["tokenizer.json"]
 
 
 def test_malformed_manifest_is_a_clear_error(tmp_path):

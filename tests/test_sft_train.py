@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from pipeline.job.runner import run_job
+from pipeline.job.engine import run_job
 from pipeline.readers.templates import render
 from pipeline.shard_format import Manifest, iter_tar_samples
 from pipeline.spec import parse_spec

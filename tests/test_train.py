@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.job.runner import run_job
+from pipeline.job.engine import run_job
 from pipeline.shard_format import Manifest
 from pipeline.spec import parse_spec
 from tests.corpus_fixtures import clean_corpus

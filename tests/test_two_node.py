@@ -1,4 +1,5 @@
-"""Dedup on a two-node Ray cluster keeps the same documents as on one node.
+"""A two-node Ray cluster gives what one node gives: the same documents kept by dedup, and a whole job's
+shard set byte-identical to a single-node run, with shards written on both nodes.
 
 A head and a second node are started as separate ``ray start --block`` processes (one CPU each, in
 their own temp folder, token auth shared with the driver through RAY_AUTH_MODE/RAY_AUTH_TOKEN_PATH),
@@ -122,6 +123,12 @@ def test_two_nodes_keep_the_same_documents_as_one(ray_local: Any, tmp_path: Path
     expected = sorted(r["id"] for r in kept_one)
     assert len(expected) < len(rows)
 
+    from pipeline.job.engine import Job
+    from pipeline.spec import load_spec
+    from tests.test_job_engine import _events, _spec_file, _tree
+
+    job_spec = _spec_file(tmp_path, "two_nodes", n_docs=1500)
+    Job(load_spec(_spec_file(tmp_path, "one_node", n_docs=1500))).run()
     ray_bin = str(Path(sys.executable).parent / "ray")
     temp = Path(tempfile.mkdtemp(prefix="tm2n-", dir="/tmp"))  # short: Ray's socket paths have a length limit
     token = tmp_path / "token"
@@ -151,6 +158,10 @@ def test_two_nodes_keep_the_same_documents_as_one(ray_local: Any, tmp_path: Path
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         assert proc.returncode == 0 and lines, proc.stderr[-4000:]
         result = json.loads(lines[-1][len("RESULT "):])
+        job = subprocess.run([sys.executable, "-m", "service.cli", "run", str(job_spec), "--address", address,
+                              "--parallelism", "2"],
+                             env=env, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     finally:
         for proc in reversed(nodes):
             _stop(proc)
@@ -160,3 +171,6 @@ def test_two_nodes_keep_the_same_documents_as_one(ray_local: Any, tmp_path: Path
     assert result["nodes"] == 2
     assert result["spread"] == 2  # work really ran on both nodes
     assert result["kept"] == expected, result["seconds"]
+    assert _tree(tmp_path / "two_nodes") == _tree(tmp_path / "one_node")
+    writers = {e["writer"].rsplit(":", 1)[1] for e in _events(tmp_path / "two_nodes") if e["type"] == "shard_written"}
+    assert len(writers) == 2, writers  # shards were written on both nodes

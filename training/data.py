@@ -17,6 +17,11 @@ three by planning each epoch up front from the manifest alone:
 The state is just ``(epoch, batches consumed)``; resuming rebuilds the plan and each worker skips to
 its position. Every shard is verified against the manifest's sha256 before a sample is used, and
 only ``.npy`` / ``.json`` members are ever decoded (``pipeline.shard_format``).
+
+Nothing read is trusted: the manifest goes through the one strict schema the writer also applies
+(``Manifest.validate``), every read is bounded (the manifest by a fixed cap, a shard by its own
+``bytes``), member headers are checked before anything is allocated, and HTTP credentials never
+follow a redirect to another origin (:class:`ShardSource`). Every failure is a :class:`LoaderError`.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ import gc
 import hashlib
 import http.client
 import signal
-import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +43,16 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from pipeline.shard_format import MANIFEST, Manifest, Sample, ShardInfo, sha256_bytes
+from pipeline.shard_format import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    Sample,
+    ShardFormatError,
+    ShardInfo,
+    read_regular,
+    sha256_bytes,
+)
 from training.shard_reader import read_shard_samples
 
 IGNORE_INDEX = -100
@@ -55,8 +69,49 @@ def _is_url(location: str) -> bool:
     return location.startswith(("http://", "https://"))
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
+
+
+class _CredentialSafeRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows http(s) redirects, but one to another origin (scheme, host, port) carries none of the
+    caller's headers: they hold credentials meant for the shard server alone (a redirect to a CDN or
+    an object store still works when the URL itself authorizes the download). Records the last URL
+    so that every error names the URL actually fetched."""
+
+    max_redirections = 5
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise urllib.error.HTTPError(req.full_url, code, f"redirect to a non-HTTP URL {newurl} refused",
+                                         headers, fp)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            self.url = new.full_url
+            try:
+                same = _origin(new.full_url) == _origin(req.full_url)
+            except ValueError:  # an unparsable port
+                same = False
+            if not same:
+                new.headers.clear()  # urllib copies the caller's headers to the new request: drop them all
+        return new
+
+
 class ShardSource:
-    """Reads the manifest and shard bytes from a local directory or an HTTP(S) base URL."""
+    """Reads the manifest and shard bytes from a local directory or an HTTP(S) base URL.
+
+    Every read is bounded: the manifest by ``MAX_MANIFEST_BYTES``, a shard by its ``bytes`` in the
+    manifest (a longer body or file is refused after ``limit + 1`` bytes, a device or FIFO at once).
+    ``timeout`` bounds the HTTP connection and each read from the socket. ``headers`` (an API key)
+    go to the base URL's origin only: redirects to another origin are followed without them."""
 
     def __init__(self, location: str, headers: dict[str, str] | None = None, timeout: float = 60.0,
                  retries: int = 3) -> None:
@@ -72,57 +127,83 @@ class ShardSource:
     def describe(self, relpath: str) -> str:
         return f"{self.location}/{relpath}" if self.is_http else str(Path(self.location) / relpath)
 
-    def read(self, relpath: str) -> bytes:
-        if not self.is_http:
-            try:
-                return (Path(self.location) / relpath).read_bytes()
-            except OSError as exc:
-                where = self.describe(relpath)
-                raise LoaderError(f"{relpath}: cannot read {where}: {exc.strerror}") from None
-        return self._http_get(relpath)
+    def read(self, relpath: str, limit: int) -> bytes:
+        return self.fetch(relpath, limit)[0]
 
-    def _http_get(self, relpath: str) -> bytes:
-        url = self.describe(relpath)
+    def fetch(self, relpath: str, limit: int) -> tuple[bytes, str]:
+        """(at most ``limit`` bytes of ``relpath``, where they were actually read from)."""
+        if self.is_http:
+            return self._http_get(relpath, limit)
+        where = self.describe(relpath)
+        try:
+            return read_regular(where, limit), where
+        except OSError as exc:
+            raise LoaderError(f"{relpath}: cannot read {where}: {exc.strerror or exc}") from None
+        except ShardFormatError as exc:
+            raise LoaderError(f"{relpath}: cannot read {where}: {exc}") from None
+
+    def _http_get(self, relpath: str, limit: int) -> tuple[bytes, str]:
         last = ""
         for attempt in range(self.retries + 1):
+            redirects = _CredentialSafeRedirects(self.describe(relpath))
+            opener = urllib.request.build_opener(redirects)
             try:
-                req = urllib.request.Request(url, headers=self.headers)
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return resp.read()
+                req = urllib.request.Request(redirects.url, headers=self.headers)
+                with opener.open(req, timeout=self.timeout) as resp:
+                    url = resp.geturl()
+                    return _bounded_body(resp, relpath, url, limit), url
             except urllib.error.HTTPError as exc:
-                if exc.code < 500:  # 404, 401...: retrying will not help
+                url = exc.geturl() or redirects.url
+                if exc.code < 500:  # 404, 401, a refused redirect...: retrying will not help
                     raise LoaderError(f"{relpath}: HTTP {exc.code} {exc.reason} from {url}") from None
-                last = f"HTTP {exc.code} {exc.reason}"
+                last = f"HTTP {exc.code} {exc.reason} from {url}"
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, http.client.HTTPException) as exc:
-                last = str(getattr(exc, "reason", exc))
+                last = f"{getattr(exc, 'reason', exc) or type(exc).__name__} ({redirects.url})"
             if attempt < self.retries:
                 time.sleep(min(0.5 * 2**attempt, 5.0))
-        raise LoaderError(f"{relpath}: cannot fetch {url} after {self.retries + 1} tries: {last}")
+        raise LoaderError(f"{relpath}: cannot fetch {self.describe(relpath)} after {self.retries + 1} tries: {last}")
 
     def manifest(self) -> Manifest:
-        text = self.read(MANIFEST)
+        data, where = self.fetch(MANIFEST, MAX_MANIFEST_BYTES)
         try:
-            return Manifest.from_json(text.decode())
-        except (ValueError, TypeError, KeyError) as exc:
-            where = self.describe(MANIFEST)
-            raise LoaderError(f"{MANIFEST}: not a tokenmill manifest ({where}): {exc}") from None
+            return Manifest.from_json(data)
+        except ShardFormatError as exc:
+            raise LoaderError(f"{where}: {exc}") from None
 
 
-def decode_shard(info: ShardInfo, data: bytes) -> list[Sample]:
+def _bounded_body(resp: http.client.HTTPResponse, relpath: str, url: str, limit: int) -> bytes:
+    """The response body, refused as soon as it passes ``limit`` bytes (an endless body ends here)."""
+    declared = resp.length  # Content-Length as http.client will honour it (None when chunked or absent)
+    if declared is not None:
+        if declared > limit:
+            raise LoaderError(f"{relpath}: {url} declares {declared} bytes, more than the {limit} expected")
+        return resp.read()  # exactly Content-Length bytes (a short body raises IncompleteRead: retried)
+    chunks: list[bytes] = []
+    total = 0
+    while block := resp.read(min(1 << 20, limit + 1 - total)):
+        chunks.append(block)
+        total += len(block)
+        if total > limit:
+            raise LoaderError(f"{relpath}: {url} sent more than the {limit} bytes expected")
+    return b"".join(chunks)
+
+
+def decode_shard(info: ShardInfo, data: bytes, where: str | None = None) -> list[Sample]:
     """Verify a shard's bytes against the manifest, then decode its samples (npy/json only)."""
-    if info.bytes and len(data) != info.bytes:
+    origin = f" (read from {where})" if where else ""
+    if len(data) != info.bytes:
         raise LoaderError(f"shard {info.name}: {len(data)} bytes but the manifest says {info.bytes} "
-                          "(truncated or replaced)")
+                          f"(truncated or replaced){origin}")
     digest = sha256_bytes(data)
     if digest != info.sha256:
         raise LoaderError(f"shard {info.name}: sha256 mismatch (manifest {info.sha256[:16]}..., "
-                          f"got {digest[:16]}...): the shard is corrupted or was replaced")
+                          f"got {digest[:16]}...): the shard is corrupted or was replaced{origin}")
     try:
         samples = read_shard_samples(data)
-    except (tarfile.TarError, ValueError, KeyError, EOFError, UnicodeDecodeError) as exc:
-        raise LoaderError(f"shard {info.name}: cannot decode: {exc}") from None
+    except ShardFormatError as exc:
+        raise LoaderError(f"shard {info.name}: cannot decode: {exc}{origin}") from None
     if len(samples) != info.samples:
-        raise LoaderError(f"shard {info.name}: {len(samples)} samples but the manifest says {info.samples}")
+        raise LoaderError(f"shard {info.name}: {len(samples)} samples but the manifest says {info.samples}{origin}")
     return samples
 
 
@@ -231,7 +312,7 @@ def collate_flat(samples: list[Sample], seq_len: int, pad_id: int, vocab_size: i
         ids = np.asarray(s.input_ids)
         n = len(ids)
         dl = np.asarray(s.doc_lens, dtype=np.int64)
-        if n == 0 or n > seq_len or int(dl.sum()) != n:
+        if n == 0 or n > seq_len or int(dl.sum()) != n or (dl < 0).any():
             raise LoaderError(f"sample {name}: {n} tokens, doc_lens sum {int(dl.sum())}, seq_len {seq_len}")
         if vocab_size is not None and int(ids.max()) >= vocab_size:
             raise LoaderError(f"sample {name}: token id {int(ids.max())} >= vocab size {vocab_size}")
@@ -339,13 +420,16 @@ class _EpochStream(torch.utils.data.IterableDataset):
         decoding), each shard once per run."""
         shards = self.plan.manifest.shards
         with ThreadPoolExecutor(max_workers=1) as pool:
-            futures = [pool.submit(self.source.read, shards[s].name) for s, _, _ in segments[: self.prefetch]]
+            def fetch(s: int) -> Any:
+                return pool.submit(self.source.fetch, shards[s].name, shards[s].bytes)
+
+            futures = [fetch(s) for s, _, _ in segments[: self.prefetch]]
             for n, (s, a, b) in enumerate(segments):
-                data = futures[n].result()
+                data, where = futures[n].result()
                 if n + self.prefetch < len(segments):
-                    futures.append(pool.submit(self.source.read, shards[segments[n + self.prefetch][0]].name))
+                    futures.append(fetch(segments[n + self.prefetch][0]))
                 futures[n] = None  # free the bytes once decoded
-                samples = decode_shard(shards[s], data)
+                samples = decode_shard(shards[s], data, where if self.source.is_http else None)
                 del data
                 name = shards[s].name
                 for sample in samples[a:b]:
@@ -369,6 +453,10 @@ class ShardLoader:
             raise LoaderError(f"remainder must be 'drop' or 'wrap', got {remainder!r}")
         self.source = ShardSource(location, headers)
         self.manifest = manifest or self.source.manifest()
+        try:
+            self.manifest.validate()  # a Manifest built in code gets the schema a loaded one got
+        except ShardFormatError as exc:
+            raise LoaderError(f"{self.source.describe(MANIFEST)}: invalid manifest: {exc}") from None
         if not self.manifest.shards:
             raise LoaderError(f"{self.source.describe(MANIFEST)}: the manifest lists no shards")
         self.cfg = LoaderConfig(batch_size, seed, shuffle, shuffle_window, remainder, max(0, num_workers))

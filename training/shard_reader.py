@@ -1,55 +1,29 @@
 """Decode a whole shard held in memory, fast: the loader's hot path.
 
-``pipeline.shard_format.iter_tar_samples`` (tarfile + ``np.load``) is the reference decoder; it
-spends most of its time parsing tar headers and ``.npy`` header dicts (``ast.literal_eval``). The
-loader already holds each verified shard as bytes, so this reads the ustar headers and the simple
-``.npy`` headers the shard writer produces directly, with zero-copy ``np.frombuffer`` views, and
-hands anything unusual (pax/GNU long-name records, other array layouts) to the reference decoder.
-Same rules: only ``.npy`` (never pickled object arrays) and ``.json`` members are decoded.
+``pipeline.shard_format.iter_tar_samples`` (tarfile) is the reference decoder; it spends most of its
+time parsing tar headers. The loader already holds each verified shard as bytes, so this reads the
+ustar headers directly and hands the members to the same checked decoders (``group_samples``:
+``.npy`` headers checked before a zero-copy ``np.frombuffer`` view, JSON depth bounded). Anything
+unusual (pax/GNU long-name records, base-256 sizes) goes to the reference decoder.
+Same rules: only ``.npy`` (never pickled object arrays) and ``.json`` members are decoded, and every
+failure is a :class:`~pipeline.shard_format.ShardFormatError` whose message never echoes the bytes.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import re
+from collections.abc import Iterator
 
-import numpy as np
-
-from pipeline.shard_format import ALLOWED_EXTENSIONS, Sample, iter_tar_samples
+from pipeline.shard_format import Sample, ShardFormatError, group_samples, iter_tar_samples
 
 _BLOCK = 512
-_NPY_MAGIC = b"\x93NUMPY"
-# what np.save writes for a C-ordered 1-D array of a plain numeric dtype
-_NPY_HEADER = re.compile(rb"\{'descr': '([<>|=]?[biuf]\d{1,2})', 'fortran_order': False, 'shape': \((\d+),\), \}\s*")
 
 
 class _Unusual(Exception):
     """A member the fast path does not handle: decode the whole shard the reference way."""
 
 
-def _npy(buf: memoryview) -> np.ndarray:
-    if bytes(buf[:6]) != _NPY_MAGIC:
-        raise ValueError("not a .npy member")
-    major = buf[6]
-    if major == 1:
-        hlen, start = int.from_bytes(buf[8:10], "little"), 10
-    elif major in (2, 3):
-        hlen, start = int.from_bytes(buf[8:12], "little"), 12
-    else:
-        raise _Unusual
-    m = _NPY_HEADER.fullmatch(bytes(buf[start:start + hlen]))
-    if m is None:
-        raise _Unusual
-    dtype = np.dtype(m.group(1).decode())
-    count = int(m.group(2))
-    offset = start + hlen
-    if len(buf) - offset != count * dtype.itemsize:
-        raise ValueError(f".npy member holds {len(buf) - offset} bytes for {count} x {dtype}")
-    return np.frombuffer(buf, dtype=dtype, count=count, offset=offset)
-
-
-def _members(data: bytes):
+def _members(data: bytes) -> Iterator[tuple[str, memoryview]]:
     """(name, payload view) for each regular file of an uncompressed ustar archive."""
     view = memoryview(data)
     off = 0
@@ -61,58 +35,32 @@ def _members(data: bytes):
         raw_size = bytes(header[124:136])
         if raw_size[0] & 0x80:
             raise _Unusual  # base-256 size: a member over 8 GiB
-        size = int(raw_size.strip(b"\0 ") or b"0", 8)
+        try:
+            size = int(raw_size.strip(b"\0 ") or b"0", 8)
+        except ValueError:  # int()'s message would quote the field's bytes
+            raise ShardFormatError(f"bad tar header at byte {off}: size field is not octal") from None
         kind = bytes(header[156:157])
         body = off + _BLOCK
-        if body + size > end:
-            raise ValueError("truncated tar member")
+        if size < 0 or body + size > end:
+            raise ShardFormatError(f"tar member at byte {off} declares {size} bytes, past the end of the shard")
         if kind in (b"x", b"g", b"L", b"K"):
             raise _Unusual  # pax or GNU long-name records
         if kind in (b"0", b"\0"):
-            name = bytes(header[0:100]).split(b"\0", 1)[0].decode()
-            if bytes(header[257:262]) == b"ustar":
-                prefix = bytes(header[345:500]).split(b"\0", 1)[0].decode()
-                if prefix:
-                    name = f"{prefix}/{name}"
+            try:
+                name = bytes(header[0:100]).split(b"\0", 1)[0].decode()
+                if bytes(header[257:262]) == b"ustar":
+                    prefix = bytes(header[345:500]).split(b"\0", 1)[0].decode()
+                    if prefix:
+                        name = f"{prefix}/{name}"
+            except UnicodeDecodeError:
+                raise ShardFormatError(f"bad tar header at byte {off}: name is not UTF-8") from None
             yield name, view[body:body + size]
         off = body + (size + _BLOCK - 1) // _BLOCK * _BLOCK
 
 
-def _fast(data: bytes) -> list[Sample]:
-    samples: list[Sample] = []
-    current: str | None = None
-    members: dict[str, memoryview] = {}
-
-    def flush() -> None:
-        unknown = set(members) - set(ALLOWED_EXTENSIONS)
-        if unknown:
-            raise ValueError(f"sample {current}: refusing to decode members {sorted(unknown)}")
-        mask = members.get("loss_mask.npy")
-        meta = members.get("meta.json")
-        samples.append(Sample(
-            key=current,
-            input_ids=_npy(members["input_ids.npy"]),
-            doc_lens=_npy(members["doc_lens.npy"]),
-            loss_mask=None if mask is None else _npy(mask),
-            meta=json.loads(bytes(meta)) if meta is not None else {},
-        ))
-
-    for name, payload in _members(data):
-        key, _, ext = name.partition(".")
-        if current is not None and key != current:
-            flush()
-            members = {}
-        current = key
-        members[ext] = payload
-    if current is not None:
-        flush()
-    return samples
-
-
 def read_shard_samples(data: bytes) -> list[Sample]:
-    """All samples of one shard's bytes, in order."""
+    """All samples of one shard's bytes, in order; raises only ShardFormatError."""
     try:
-        return _fast(data)
+        return list(group_samples(_members(data)))
     except _Unusual:
         return list(iter_tar_samples(io.BytesIO(data)))
-

@@ -9,7 +9,6 @@ sequences) without a Ray run. Written exactly as the shard writer does: WebDatas
 from __future__ import annotations
 
 import functools
-import io
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,7 +17,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
-import webdataset as wds
 
 from pipeline.shard_format import (
     MANIFEST,
@@ -28,6 +26,7 @@ from pipeline.shard_format import (
     encode_sample,
     sha256_bytes,
     shard_name,
+    tar_bytes,
     token_dtype,
 )
 
@@ -65,12 +64,7 @@ def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, 
 
     def flush(partial: bool) -> None:
         nonlocal pending, tokens
-        buf = io.BytesIO()
-        writer = wds.TarWriter(buf, user="tokenmill", group="tokenmill", mode=0o444, encoder=False, mtime=0)
-        for sample in pending:
-            writer.write(sample)
-        writer.close()
-        data = buf.getvalue()
+        data = tar_bytes(pending)
         name = shard_name(len(shards))
         atomic_write_bytes(out / name, data)
         shards.append(ShardInfo(name, len(pending), tokens, sha256_bytes(data), len(data), partial))
@@ -94,15 +88,17 @@ def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, 
     return manifest
 
 
-class _QuietHandler(SimpleHTTPRequestHandler):
+class QuietHandler(SimpleHTTPRequestHandler):
+    """Serves files without logging each request; subclass it to make a test server misbehave."""
+
     def log_message(self, *args: object) -> None:
         pass
 
 
 @contextmanager
-def serve_directory(directory: Path) -> Iterator[str]:
+def serve_directory(directory: Path, handler: type[SimpleHTTPRequestHandler] = QuietHandler) -> Iterator[str]:
     """A real HTTP server on loopback serving ``directory`` (a shard set), for loader tests and benches."""
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(directory)))
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{srv.server_address[1]}"

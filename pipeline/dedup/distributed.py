@@ -27,7 +27,7 @@ import ray
 
 from pipeline.dedup import graph as g
 from pipeline.dedup.index import write_table_atomic
-from pipeline.documents import text_bytes
+from pipeline.documents import reject_row, text_bytes
 
 #: target text bytes handled by one group task (verification, id look-ups)
 GROUP_BYTES = 128 << 20
@@ -217,7 +217,8 @@ def write_part(folder: str, table_name: str, part: int, schema: pa.Schema, *piec
 
 @ray.remote(num_cpus=1)
 def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *drops: pa.Table) -> tuple:
-    """Remove the block's documents named in ``drops`` (ord, reason, detail JSON); record and set aside.
+    """Remove the block's documents named in ``drops`` (ord, reason, detail JSON, ``kept_id`` in it where
+    a document was kept in their place); record and set aside.
 
     With an ``indexer``, also returns ``n_index`` pieces of index rows for the documents kept.
     """
@@ -237,11 +238,10 @@ def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *d
             if hit.any():
                 reasons = d.column("reason").to_pylist()
                 details = d.column("detail").to_pylist()
-                rows = table.filter(pa.array(hit)).to_pylist()
-                for row, p in zip(rows, pos[hit], strict=True):
+                rows = []
+                for doc, p in zip(table.filter(pa.array(hit)).to_pylist(), pos[hit], strict=True):
                     k = int(order[p])
-                    row["reason"] = reasons[k]
-                    row["detail"] = json.loads(details[k]) if details[k] else {}
+                    rows.append(reject_row(doc, reasons[k], json.loads(details[k]) if details[k] else {}))
                     dropped[reasons[k]] += 1
                 recorder.rejects(rows)
                 kept = table.filter(pa.array(~hit))

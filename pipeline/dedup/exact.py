@@ -3,7 +3,7 @@
 The text is normalized (NFC, whitespace runs collapsed to one space, optionally case-folded) and
 hashed to 128 bits (BLAKE2b). Hash rows (hash, ord, id) are hash-partitioned across Ray tasks; in
 each partition the copy with the smallest ``ord`` (the earliest in input order) is kept, the others
-are dropped with reason ``exact_duplicate`` and ``{"kept_id": ...}``. The kept hashes are written
+are dropped with reason ``exact_duplicate`` and the kept copy's id as ``kept_id``. The kept hashes are written
 to ``{output_dir}/index/exact_dedup/`` so a later job given ``dedup_against`` drops documents
 already published (``exact_duplicate_of_published``).
 """

@@ -8,7 +8,7 @@
    travels to the other's block), and pairs below ``threshold`` are dropped.
 4. Connected components of the kept pairs, distributed (large-star / small-star, pipeline.dedup.graph).
 5. In every component the document with the smallest ``ord`` is kept; the others are dropped with
-   reason ``near_duplicate`` and ``{"cluster": id of the kept document}``.
+   reason ``near_duplicate`` and the id of the kept document as ``kept_id``.
 
 The band keys, signatures and ids of the kept documents are written to
 ``{output_dir}/index/near_dedup/``; a later job with ``dedup_against`` adds those published documents

@@ -189,7 +189,7 @@ def _root_ids_new(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarra
     labels = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
     docs = _fetch(block_refs, lo, hi, labels[:, 1], ["id"])
     ids = dict(zip(docs.column("ord").to_pylist(), docs.column("id").to_pylist(), strict=True))
-    drops = dr.drop_table(labels[:, 0], "near_duplicate", [{"cluster": ids[int(r)]} for r in labels[:, 1]])
+    drops = dr.drop_table(labels[:, 0], "near_duplicate", [{"kept_id": ids[int(r)]} for r in labels[:, 1]])
     out = dr.route_table(drops, "ord", bounds)
     return tuple(out) if len(out) > 1 else out[0]
 
@@ -205,7 +205,7 @@ def _root_ids_published(source: IndexSource, s: int, nsources: int, bounds: np.n
         ids = dict(zip(t.column("node").to_pylist(), t.column("id").to_pylist(), strict=True))
         ids = {int(_published_node(np.array([k]), s, nsources)[0]): v for k, v in ids.items()}
     drops = dr.drop_table(labels[:, 0], "near_duplicate_of_published",
-                          [{"cluster": ids.get(int(r))} for r in labels[:, 1]])
+                          [{"kept_id": ids.get(int(r))} for r in labels[:, 1]])
     out = dr.route_table(drops, "ord", bounds)
     return tuple(out) if len(out) > 1 else out[0]
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import sys
 import tempfile
+import threading
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TextIO
 
 import ray
 from ray.data import DataContext
@@ -49,24 +55,52 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
         raise ConnectionError(f"nothing answers at {hostport} ({exc.strerror or exc})") from None
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Start or join Ray once per process; returns True when this call started it."""
+#: set to 1 (``tokenmill --verbose`` does) to let Ray print its own logs instead of routing them to the job's log
+VERBOSE_ENV = "TOKENMILL_VERBOSE"
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d -- %(message)s"
+
+
+def verbose_default() -> bool:
+    return os.environ.get(VERBOSE_ENV, "").strip() not in ("", "0")
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: str | None = None,
+             verbose: bool | None = None) -> bool:
+    """Start or join Ray once per process; returns True when this call started it.
+
+    Unless ``verbose`` (default: the ``TOKENMILL_VERBOSE`` environment variable), Ray's own output goes
+    to ``log_path`` (default: ``tokenmill-driver-<pid>.log`` in Ray's session log folder) instead of the
+    terminal: see :func:`route_ray_logs`.
+    """
     if ray.is_initialized():
         configure_data_context()  # a caller that started Ray itself still gets ordered output
+        if log_path and _ROUTING is not None:  # a later job in a process whose Ray we started
+            route_ray_logs(log_path)
         return False
     if address is None:
         _prepare_local_auth()
     else:
         check_reachable(address)
+    verbose = verbose_default() if verbose is None else verbose
+    if not verbose:  # before ray.init: the driver's C++ core prints while it starts
+        route_ray_logs(log_path or _provisional_log_path())
+    sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(
         address=address,
         num_cpus=num_cpus if address is None else None,
         include_dashboard=False,
-        log_to_driver=True,
-        logging_level=logging.WARNING,
+        # quiet: workers' stdout/stderr stay in their files in Ray's session log folder
+        log_to_driver=verbose,
+        logging_level=logging.INFO,
         configure_logging=True,
         runtime_env=None,
     )
+    if callable(sigterm) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, sigterm)  # ray.init replaces it with sys.exit: keep the caller's (a cancel)
+    if not verbose:
+        if log_path is None:
+            _move_into_session_dir()
+        _route_python_loggers()  # ray.init may have added or reformatted handlers
     configure_data_context()
     return True
 
@@ -78,5 +112,195 @@ def configure_data_context() -> None:
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     ctx.verbose_stats_logs = False
-    # Ray Data reports every finished dataset at INFO; the CLI prints its own progress lines
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+# ---- where Ray's own output goes ----------------------------------------------------------------------
+
+
+@dataclass
+class _Routing:
+    path: Path
+    handler: logging.FileHandler
+    #: the stream fd 2 was before it was pointed at the log (the terminal, a pipe)
+    saved_fd: int
+    #: ``sys.stderr`` before it was rebound to ``saved_fd``; None when it was left alone
+    saved_stderr: TextIO | None
+    #: console handlers taken off Ray's loggers, to put back on :func:`restore_ray_logs`
+    removed: list[tuple[logging.Logger, logging.Handler]] = field(default_factory=list)
+    saved_showwarning: Any = None
+
+
+_ROUTING: _Routing | None = None
+_RAY_DIR = os.path.dirname(ray.__file__) + os.sep
+_ORIG_SHOWWARNING = warnings.showwarning
+
+
+def route_ray_logs(log_path: str | os.PathLike[str]) -> Path:
+    """Send Ray's own output to ``log_path`` (appended): the only way to keep a terminal free of it.
+
+    Ray writes in four ways, each routed here:
+
+    - its C++ core (the driver's core worker: ``W``/``E`` glog lines such as "Failed to determine local
+      IP" and actor warnings) writes straight to file descriptor 2, so fd 2 of this process is pointed at
+      the log, and ``sys.stderr`` is rebound to a copy of the original fd 2: Python's own messages,
+      tracebacks and the CLI's lines still reach the terminal;
+    - its Python loggers (``ray``, ``ray.data``: INFO lines, "Progress bars disabled", resource
+      warnings) lose their console handlers and write to the log;
+    - Python warnings raised inside the ``ray`` package (deprecations) are written to the log;
+    - the driver's thread that relays the raylet's error messages (``(raylet) A worker died ...``) and,
+      with ``log_to_driver``, workers' output prints with ``print``: those lines are written to the log.
+
+    Process-wide, and kept until :func:`restore_ray_logs` (Ray's core may print until the process
+    exits); a second call moves everything to the new path.
+    """
+    global _ROUTING
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.INFO)  # Ray Data's DEBUG lines stay in its own ray-data.log
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if _ROUTING is None:
+        saved_fd = os.dup(2)
+        saved_stderr = None
+        if _is_fd2(sys.stderr):
+            saved_stderr = sys.stderr
+            sys.stderr = os.fdopen(os.dup(saved_fd), "w", buffering=1, encoding=getattr(saved_stderr, "encoding", None),
+                                   errors="backslashreplace")
+        _ROUTING = _Routing(path, handler, saved_fd, saved_stderr)
+        _ROUTING.saved_showwarning = warnings.showwarning
+        warnings.showwarning = _show_warning
+        _route_relayed_prints()
+    else:
+        old = _ROUTING.handler
+        for lg in _ray_loggers():
+            if old in lg.handlers:
+                lg.removeHandler(old)
+        old.close()
+        _ROUTING.handler, _ROUTING.path = handler, path
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+    _route_python_loggers()
+    return path
+
+
+def restore_ray_logs() -> None:
+    """Undo :func:`route_ray_logs`: fd 2, ``sys.stderr``, Ray's console handlers and warnings as before."""
+    global _ROUTING
+    routing, _ROUTING = _ROUTING, None
+    if routing is None:
+        return
+    os.dup2(routing.saved_fd, 2)
+    os.close(routing.saved_fd)
+    if routing.saved_stderr is not None:
+        current, sys.stderr = sys.stderr, routing.saved_stderr
+        current.close()
+    for lg in _ray_loggers():
+        if routing.handler in lg.handlers:
+            lg.removeHandler(routing.handler)
+    for lg, h in routing.removed:
+        lg.addHandler(h)
+    routing.handler.close()
+    warnings.showwarning = routing.saved_showwarning
+
+
+def ray_log_path() -> Path | None:
+    """Where Ray's output goes now (None: to the terminal)."""
+    return _ROUTING.path if _ROUTING else None
+
+
+def _is_fd2(stream: Any) -> bool:
+    try:
+        return stream is not None and stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
+        return False
+
+
+def _ray_loggers() -> list[logging.Logger]:
+    names = [n for n in list(logging.root.manager.loggerDict) if n == "ray" or n.startswith("ray.")]
+    return [logging.getLogger(n) for n in sorted(set(names) | {"ray"})]
+
+
+def _route_python_loggers() -> None:
+    """Ray's loggers that print to a console (``ray``, and ``ray.data`` which does not propagate) log to
+    the file instead; their file handlers (``ray-data.log``) stay."""
+    routing = _ROUTING
+    if routing is None:
+        return
+    routing.handler.setFormatter(logging.Formatter(_LOG_FORMAT))  # ray.init re-formats the handlers of "ray"
+    for lg in _ray_loggers():
+        console = [h for h in lg.handlers
+                   if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+        for h in console:
+            lg.removeHandler(h)
+            routing.removed.append((lg, h))
+        # every logger that printed (also those a previous route_ray_logs call took the console from)
+        printed = lg.name == "ray" or any(owner is lg for owner, _ in routing.removed)
+        if printed and routing.handler not in lg.handlers:
+            lg.addHandler(routing.handler)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """Warnings raised inside Ray go to the log; every other warning is shown as usual."""
+    routing = _ROUTING
+    if routing is not None and (filename.startswith(_RAY_DIR) or category.__module__.split(".")[0] == "ray"):
+        _log_text(routing, "py.warnings", logging.WARNING,
+                  warnings.formatwarning(message, category, filename, lineno, line).rstrip())
+        return
+    (routing.saved_showwarning if routing else _ORIG_SHOWWARNING)(message, category, filename, lineno, file, line)
+
+
+def _log_text(routing: _Routing, name: str, level: int, text: str) -> None:
+    routing.handler.handle(logging.makeLogRecord({"name": name, "levelno": level,
+                                                  "levelname": logging.getLevelName(level), "msg": text}))
+
+
+def _route_relayed_prints() -> None:
+    """Ray's driver prints what the raylet and the workers send it (``print_to_stdstream``): while the logs are
+    routed those lines go to the log. Patched once, on the module the relay threads look the function up in."""
+    worker_mod = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker_mod, "print_to_stdstream", None)
+    if original is None or getattr(original, "tokenmill_routed", False):
+        return
+
+    def print_to_stdstream(data: dict[str, Any], ignore_prefix: bool) -> None:
+        routing = _ROUTING
+        if routing is None:
+            return original(data, ignore_prefix)
+        who = data.get("pid", "")
+        who = f"{data.get('actor_name') or data.get('task_name') or ''} pid={who}".strip() if who != "raylet" else who
+        for line in data.get("lines", []):
+            _log_text(routing, "ray.relayed", logging.WARNING if data.get("is_err") else logging.INFO,
+                      f"({who}) {line}")
+
+    print_to_stdstream.tokenmill_routed = True  # type: ignore[attr-defined]
+    worker_mod.print_to_stdstream = print_to_stdstream
+
+
+def _provisional_log_path() -> Path:
+    """Before Ray has a session folder, the log starts in the temp folder (moved there after init)."""
+    folder = Path(tempfile.gettempdir()) / f"tokenmill-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / f"tokenmill-driver-{os.getpid()}.log"
+
+
+def _move_into_session_dir() -> None:
+    """The default log belongs next to Ray's own logs; renaming keeps every open descriptor valid."""
+    routing = _ROUTING
+    node = getattr(ray._private.worker, "_global_node", None)
+    if routing is None or node is None:
+        return
+    try:
+        target = Path(node.get_logs_dir_path()) / routing.path.name
+        os.replace(routing.path, target)
+    except (OSError, AttributeError):  # another filesystem, a client connection: the log stays where it is
+        return
+    routing.path = target
+    routing.handler.baseFilename = str(target)

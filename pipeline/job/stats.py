@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -16,12 +17,16 @@ from typing import Any
 
 import ray
 
+from pipeline.documents import reject_row
+from pipeline.stages.metrics import StageMetrics
+
 
 @ray.remote(num_cpus=0)
 class StatsActor:
     def __init__(self) -> None:
         self.stages: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
+        self.metrics: dict[str, StageMetrics] = {}
 
     def add(
         self,
@@ -32,6 +37,7 @@ class StatsActor:
         bytes_in: int = 0,
         bytes_out: int = 0,
         seconds: float = 0.0,
+        metrics: StageMetrics | None = None,
     ) -> None:
         if stage not in self.stages:
             self.order.append(stage)
@@ -46,12 +52,21 @@ class StatsActor:
         s["bytes_in"] += bytes_in
         s["bytes_out"] += bytes_out
         s["seconds"] += seconds
+        if metrics:
+            self.metrics.setdefault(stage, StageMetrics()).merge(metrics)
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
-        return {
-            k: {**v, "dropped": dict(sorted(v["dropped"].items())), "seconds": round(v["seconds"], 3)}
-            for k, v in self.stages.items()
-        }
+        """Every stage's counts; ``counters`` and ``scores`` (summaries) where the stage recorded any."""
+        out = {}
+        for k, v in self.stages.items():
+            entry = {**v, "dropped": dict(sorted(v["dropped"].items())), "seconds": round(v["seconds"], 3)}
+            m = self.metrics.get(k)
+            if m and m.counters:
+                entry["counters"] = dict(sorted(m.counters.items()))
+            if m and m.scores:
+                entry["scores"] = {name: m.scores[name].summary() for name in sorted(m.scores)}
+            out[k] = entry
+        return out
 
 
 @dataclass
@@ -66,14 +81,18 @@ class StageRecorder:
         ray.get(self.actor.add.remote(self.stage, **kw))
 
     def rejects(self, rows: list[dict[str, Any]]) -> None:
-        """Write dropped documents (each with ``reason``; text kept) as one JSONL file."""
+        """Write dropped documents as one JSONL file, each in the one rejected-record schema
+        (:func:`pipeline.documents.reject_row`) with this stage's type name (``exact_dedup`` for the
+        stage folder ``03-exact_dedup``), whatever shape the stage handed them in."""
         if not rows or not self.rejected_dir:
             return
+        stage = re.sub(r"^[0-9]+-", "", self.stage)
         folder = os.path.join(self.rejected_dir, self.stage)
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"part-{uuid.uuid4().hex}.jsonl")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             for row in rows:
+                row = reject_row(row, row.get("reason"), row.get("detail"), stage)
                 f.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
         os.replace(path + ".tmp", path)
 

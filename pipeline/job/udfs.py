@@ -1,7 +1,8 @@
 """Ray-side wrappers: run a reader or a batch stage inside Ray workers and count what it does.
 
-The base class, not each stage, collects docs in/out, drops per reason, bytes and seconds, and
-writes dropped documents to ``rejected/``: a stage only decides what to keep.
+The base class, not each stage, collects docs in/out, drops per reason, bytes and seconds, the
+stage's own counters and scores, and writes dropped documents to ``rejected/``: a stage only decides
+what to keep.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import ray
+from pydantic import BaseModel
 
 from pipeline.documents import DOC_SCHEMA, Drop, docs_to_table, reject_row, table_to_docs, text_bytes
 from pipeline.job.stats import StageRecorder
 from pipeline.spec import InputSpec
-from pipeline.stages.base import Stage, StageContext
+from pipeline.stages.base import Stage, StageContext, run_batch
 
 READ_BATCH = 512
 
@@ -60,30 +63,39 @@ class ReadFiles:
 
 
 class BatchStageRunner:
-    """Ray Data UDF (run in an actor pool) around one :class:`Stage`."""
+    """Ray Data UDF (run in an actor pool) around one :class:`Stage`.
 
-    def __init__(self, stage_cls: type[Stage], params_json: str, ctx: StageContext, recorder: StageRecorder):
+    Build its constructor arguments with :meth:`constructor_args`, which runs the stage's ``prepare``
+    once on the driver; each worker then fetches that value from the object store before ``setup``.
+    """
+
+    def __init__(self, stage_cls: type[Stage], params_json: str, ctx: StageContext, recorder: StageRecorder,
+                 prepared: tuple[Any] = (None,)):
         self.stage = stage_cls(stage_cls.Params.model_validate_json(params_json), ctx)
+        ref = prepared[0]  # wrapped in a tuple so Ray hands the ref over instead of resolving it
+        if ref is not None:
+            self.stage.prepared = ray.get(ref)
         self.stage.setup()
         self.recorder = recorder
 
+    @staticmethod
+    def constructor_args(stage_cls: type[Stage], params: BaseModel, ctx: StageContext, recorder: StageRecorder
+                         ) -> tuple[Any, ...]:
+        """``fn_constructor_args`` for one stage: runs ``prepare()`` here, on the driver, once per job,
+        and ships its value through Ray's object store (``ray.put``) rather than per worker or batch."""
+        prepared = stage_cls(params, ctx).prepare()
+        ref = None if prepared is None else ray.put(prepared)
+        return (stage_cls, params.model_dump_json(), ctx, recorder, (ref,))
+
     def __call__(self, table: pa.Table) -> pa.Table:
         t0 = time.perf_counter()
-        docs = table_to_docs(table)
-        kept: list[dict[str, Any]] = []
-        rejects: list[dict[str, Any]] = []
-        dropped: Counter[str] = Counter()
-        for item in self.stage.process(docs):
-            if isinstance(item, Drop):
-                dropped[item.reason] += 1
-                rejects.append(reject_row(item.doc, item.reason, item.detail))
-            else:
-                kept.append(item)
-        out = docs_to_table(kept) if kept else DOC_SCHEMA.empty_table()
-        self.recorder.rejects(rejects)
+        result = run_batch(self.stage, table_to_docs(table))
+        dropped = Counter(d.reason for d in result.drops)
+        out = docs_to_table(result.kept) if result.kept else DOC_SCHEMA.empty_table()
+        self.recorder.rejects([reject_row(d.doc, d.reason, d.detail) for d in result.drops])
         self.recorder.counts(
-            docs_in=len(docs), docs_out=len(kept), dropped=dict(dropped), bytes_in=text_bytes(table),
-            bytes_out=text_bytes(out), seconds=time.perf_counter() - t0,
+            docs_in=table.num_rows, docs_out=len(result.kept), dropped=dict(dropped), bytes_in=text_bytes(table),
+            bytes_out=text_bytes(out), seconds=time.perf_counter() - t0, metrics=result.metrics or None,
         )
         return out
 

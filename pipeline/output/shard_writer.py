@@ -1,7 +1,7 @@
-"""Write packed sequences as a WebDataset shard set: equal-size shards, checksums, manifest last.
+"""Write packed sequences as WebDataset shards: fixed tar metadata, checksums, temp name then rename.
 
-Tar members get fixed metadata (mtime 0, fixed owner) so the same samples give the same bytes.
-Each shard is written under a temporary name and renamed into place once its sha256 is known.
+:func:`write_shard` is the one place a shard file is made (the job's Ray tasks call it);
+:class:`ShardSetWriter` streams sequences into consecutive shards in one process (benchmarks, tools).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import webdataset as wds
 
 from pipeline.packing import PackedSequence
 from pipeline.shard_format import (
@@ -19,9 +18,26 @@ from pipeline.shard_format import (
     ShardInfo,
     atomic_write_bytes,
     encode_sample,
-    sha256_file,
+    sha256_bytes,
     shard_name,
+    tar_bytes,
 )
+
+
+def write_shard(out_dir: str | os.PathLike, index: int, samples: list[dict], tokens: int, partial: bool) -> ShardInfo:
+    """Write shard ``index`` under ``out_dir`` (temp name, fsync, rename) and describe it."""
+    data = tar_bytes(samples)
+    name = shard_name(index)
+    atomic_write_bytes(Path(out_dir) / name, data)
+    return ShardInfo(name=name, samples=len(samples), tokens=tokens, sha256=sha256_bytes(data), bytes=len(data),
+                     partial=partial)
+
+
+def sequence_sample(index: int, seq: PackedSequence, dtype: np.dtype) -> dict:
+    """The tar members of packed sequence number ``index``."""
+    ids, lens, mask = seq.arrays(dtype)
+    meta = {"doc_ids": [p.doc_id for p in seq.pieces], "ords": [p.ord for p in seq.pieces]}
+    return encode_sample(index, ids, lens, mask, meta)
 
 
 class ShardSetWriter:
@@ -36,10 +52,8 @@ class ShardSetWriter:
 
     def add(self, seq: PackedSequence) -> ShardInfo | None:
         """Queue one sample; returns the shard it completed, if any."""
-        ids, lens, mask = seq.arrays(self.dtype)
-        meta = {"doc_ids": [p.doc_id for p in seq.pieces], "ords": [p.ord for p in seq.pieces]}
-        self._pending.append(encode_sample(self._index, ids, lens, mask, meta))
-        self._pending_tokens += len(ids)
+        self._pending.append(sequence_sample(self._index, seq, self.dtype))
+        self._pending_tokens += seq.tokens
         self._index += 1
         if len(self._pending) == self.samples_per_shard:
             return self._write(partial=False)
@@ -47,31 +61,10 @@ class ShardSetWriter:
 
     def close(self) -> ShardInfo | None:
         """Write the last, shorter shard (declared ``partial``) if samples remain."""
-        if self._pending:
-            return self._write(partial=True)
-        return None
+        return self._write(partial=True) if self._pending else None
 
     def _write(self, partial: bool) -> ShardInfo:
-        name = shard_name(len(self.shards))
-        path = self.out_dir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
-            writer = wds.TarWriter(f, user="tokenmill", group="tokenmill", mode=0o444, encoder=False, mtime=0)
-            for sample in self._pending:
-                writer.write(sample)
-            writer.close()
-            f.flush()
-            os.fsync(f.fileno())
-        info = ShardInfo(
-            name=name,
-            samples=len(self._pending),
-            tokens=self._pending_tokens,
-            sha256=sha256_file(tmp),
-            bytes=tmp.stat().st_size,
-            partial=partial,
-        )
-        os.replace(tmp, path)
+        info = write_shard(self.out_dir, len(self.shards), self._pending, self._pending_tokens, partial)
         self.shards.append(info)
         self._pending, self._pending_tokens = [], 0
         return info

@@ -6,6 +6,7 @@ never raises: what cannot be read becomes a :class:`~pipeline.stages.base.Drop` 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 from pipeline.documents import Doc, Drop
@@ -27,10 +28,19 @@ def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Dro
     """Documents of one file, in file order; an I/O error ends the file with one ``unreadable_file``.
 
     ``spec`` is the input that named ``path``: ids made up for records without one are
-    ``name:record_index``, ``name`` being the path relative to that input (:func:`source_name`).
+    ``name:record_index``, ``name`` being the path relative to that input (:func:`source_name`), which is
+    also every document's ``source``. A folder here is one :func:`expand_inputs` could not list: it
+    becomes one ``unreadable_folder`` drop, so the documents it holds are counted as lost, not forgotten.
     """
     fmt = detect_format(path, spec.format)
     name = source_name(spec.path, path)
+    if os.path.isdir(path):
+        try:
+            with os.scandir(path):
+                pass
+        except OSError as exc:
+            yield drop(name, file_index, 0, "unreadable_folder", error=error_text(exc))
+            return
     next_index = 0
     try:
         for item in _reader(file_index, path, name, spec, fmt):
@@ -38,7 +48,7 @@ def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Dro
             next_index = (doc["ord"] & RECORD_MASK) + 1
             yield item
     except OSError as exc:
-        yield drop(path, name, file_index, next_index, "unreadable_file", error=error_text(exc))
+        yield drop(name, file_index, next_index, "unreadable_file", error=error_text(exc))
 
 
 def _reader(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:

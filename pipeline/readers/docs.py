@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import regex
+
 from pipeline.documents import Doc, Drop
 
 #: a dropped record keeps at most this much of its raw bytes (enough to see what went wrong)
@@ -32,6 +34,16 @@ def record_id(record: dict[str, Any], id_field: str, name: str, record_index: in
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return default_id(name, record_index)
+
+
+#: whitespace and default-ignorable code points (zero-width space/joiners, word joiner, BOM, soft hyphen,
+#: bidi marks, variation selectors, tags...): a text of only these shows nothing, so it is empty
+_BLANK = regex.compile(r"[\s\p{Default_Ignorable_Code_Point}]*")
+
+
+def is_blank(text: str) -> bool:
+    """True for a text with nothing visible: the empty check of every reader (and of ``normalize``)."""
+    return _BLANK.fullmatch(text) is not None
 
 
 def encodable(text: str) -> bool:
@@ -77,7 +89,6 @@ def make_doc(
 
 
 def drop(
-    path: str,
     name: str,
     file_index: int,
     record_index: int,
@@ -86,12 +97,12 @@ def drop(
     doc_id: str | None = None,
     **detail: Any,
 ) -> Drop:
-    """A Drop whose doc carries id (``doc_id``, else ``name:record_index``), source, ord and the raw
-    (truncated) record text."""
+    """A Drop whose doc carries id (``doc_id``, else ``name:record_index``), source (``name``, the path
+    below the input, as for documents), ord and the raw (truncated) record text."""
     doc = make_doc(
         doc_id or default_id(name, record_index),
         raw_text(raw),
-        path,
+        name,
         make_ord(file_index, record_index),
     )
     return Drop(doc, reason, {k: v for k, v in detail.items() if v is not None})

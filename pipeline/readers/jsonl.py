@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.documents import Doc, Drop
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
-from pipeline.readers.docs import drop, encodable, error_text, make_doc, make_ord, meta_json, record_id
+from pipeline.readers.docs import drop, encodable, error_text, is_blank, make_doc, make_ord, meta_json, record_id
 from pipeline.spec import InputSpec
 
 BOM = "\ufeff"
@@ -30,32 +30,32 @@ def iter_records(file_index: int, path: str, name: str) -> Iterator[tuple[int, b
                 record_index, next_index = next_index, next_index + 1
                 line = line.rstrip(b"\r\n")
                 if line.strip():
-                    yield parse_line(file_index, path, name, record_index, line)
+                    yield parse_line(file_index, name, record_index, line)
             check_complete(fh)
         except TruncatedInput as exc:
-            yield drop(path, name, file_index, next_index, "truncated_file", error=str(exc))
+            yield drop(name, file_index, next_index, "truncated_file", error=str(exc))
 
 
 def parse_line(
-    file_index: int, path: str, name: str, record_index: int, line: bytes
+    file_index: int, name: str, record_index: int, line: bytes
 ) -> tuple[int, bytes, dict[str, Any]] | Drop:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return drop(path, name, file_index, record_index, "invalid_utf8", line, error=error_text(exc))
+        return drop(name, file_index, record_index, "invalid_utf8", line, error=error_text(exc))
     if record_index == 0 and text.startswith(BOM):
         text = text[1:]
     try:
         record = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, and e.g. an integer over 4300 digits
-        return drop(path, name, file_index, record_index, "bad_json", line, error=error_text(exc))
+        return drop(name, file_index, record_index, "bad_json", line, error=error_text(exc))
     if not isinstance(record, dict):
-        return drop(path, name, file_index, record_index, "not_an_object", line, type=type(record).__name__)
+        return drop(name, file_index, record_index, "not_an_object", line, type=type(record).__name__)
     return record_index, line, record
 
 
 def record_doc(
-    file_index: int, path: str, name: str, spec: InputSpec, record_index: int, raw: bytes | str,
+    file_index: int, name: str, spec: InputSpec, record_index: int, raw: bytes | str,
     record: dict[str, Any],
 ) -> Doc | Drop:
     """A plain-text document from a parsed record (shared with the Parquet reader)."""
@@ -65,15 +65,15 @@ def record_doc(
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return drop(path, name, file_index, record_index, "invalid_utf8", raw, doc_id, error=error_text(exc))
+            return drop(name, file_index, record_index, "invalid_utf8", raw, doc_id, error=error_text(exc))
     if not isinstance(text, str):
-        return drop(path, name, file_index, record_index, "missing_text", raw, doc_id, field=spec.text_field)
-    if not text.strip():
-        return drop(path, name, file_index, record_index, "empty_text", raw, doc_id)
+        return drop(name, file_index, record_index, "missing_text", raw, doc_id, field=spec.text_field)
+    if is_blank(text):
+        return drop(name, file_index, record_index, "empty_text", raw, doc_id)
     if not encodable(text):
-        return drop(path, name, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
+        return drop(name, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
     meta = meta_json(record, (spec.text_field, spec.id_field))
-    return make_doc(doc_id, text, path, make_ord(file_index, record_index), meta)
+    return make_doc(doc_id, text, name, make_ord(file_index, record_index), meta)
 
 
 def read_jsonl(file_index: int, path: str, name: str, spec: InputSpec) -> Iterator[Doc | Drop]:
@@ -81,4 +81,4 @@ def read_jsonl(file_index: int, path: str, name: str, spec: InputSpec) -> Iterat
         if isinstance(item, Drop):
             yield item
         else:
-            yield record_doc(file_index, path, name, spec, *item)
+            yield record_doc(file_index, name, spec, *item)

@@ -19,7 +19,7 @@ def read_parquet(file_index: int, path: str, name: str, spec: InputSpec) -> Iter
     try:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
-        yield drop(path, name, file_index, 0, "unreadable_file", error=error_text(exc))
+        yield drop(name, file_index, 0, "unreadable_file", error=error_text(exc))
         return
     record_index = 0
     with pf:
@@ -27,13 +27,13 @@ def read_parquet(file_index: int, path: str, name: str, spec: InputSpec) -> Iter
             for batch in pf.iter_batches(batch_size=BATCH_ROWS):
                 for row in _rows(batch):
                     if isinstance(row, Exception):
-                        yield drop(path, name, file_index, record_index, "bad_record:unconvertible",
+                        yield drop(name, file_index, record_index, "bad_record:unconvertible",
                                    error=error_text(row))
                     else:
-                        yield record_doc(file_index, path, name, spec, record_index, _row_text(row, spec), row)
+                        yield record_doc(file_index, name, spec, record_index, _row_text(row, spec), row)
                     record_index += 1
         except (OSError, pa.ArrowException) as exc:
-            yield drop(path, name, file_index, record_index, "unreadable_file", error=error_text(exc))
+            yield drop(name, file_index, record_index, "unreadable_file", error=error_text(exc))
 
 
 def _rows(batch: pa.RecordBatch) -> list[dict | Exception]:

@@ -1,9 +1,29 @@
-"""Which files an input names (a file, a folder, or a glob) and which reader a file needs."""
+"""Which files an input names (a file, a folder, or a glob) and which reader a file needs.
+
+Folders and globs are walked here rather than by ``glob.glob(recursive=True)``, which follows symlinked
+folders into loops (``self -> .`` made every file appear 41 times; two loops never ended). The rules:
+
+- A symlink to a file is read like the file. A symlink to a folder is followed once: a folder already
+  entered (by any route, for the same part of a pattern) is not entered again, and a link to the folder
+  that holds it or to one of its ancestors (a loop) is not followed. A link to a folder elsewhere (outside
+  the input) is read once, under the link's path. A file reached by several routes (links, hard links)
+  is listed once, under the smallest path.
+- Glob wildcards do not match names starting with ``.`` and ``**`` does not descend into them (as in
+  :mod:`glob`); a folder named by an input, or matched by a pattern, is read whole, hidden files included.
+- Nothing is skipped without a count: a folder that cannot be listed and an entry that cannot be
+  examined (no permission, a broken symlink) are still listed, and :func:`pipeline.readers.read_file`
+  turns them into one ``unreadable_folder`` / ``unreadable_file`` drop each. Only special files
+  (FIFOs, sockets, devices, which would block or never end) are left out.
+"""
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import glob
 import os
+import stat
+from collections.abc import Hashable
 
 from pipeline.spec import InputSpec
 
@@ -13,21 +33,18 @@ COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
 
 
 def expand_path(path: str) -> list[str]:
-    """The regular files ``path`` names, sorted and de-duplicated; [] when it matches nothing."""
+    """The regular files ``path`` names, each real file once, sorted; [] when it matches nothing.
+
+    Folders that cannot be listed and entries that cannot be examined are included (see the module
+    docstring), so the read step can count them.
+    """
     path = os.path.expanduser(path)
-    matches = glob.glob(path, recursive=True) if glob.has_magic(path) else [path]
-    files: dict[str, str] = {}
-    for match in matches:
-        if os.path.isdir(match):
-            for root, dirs, names in os.walk(match):
-                dirs.sort()
-                for name in names:
-                    full = os.path.join(root, name)
-                    if os.path.isfile(full):
-                        files.setdefault(os.path.normpath(full), full)
-        elif os.path.isfile(match):
-            files.setdefault(os.path.normpath(match), match)
-    return [files[key] for key in sorted(files)]
+    walk = _Walk()
+    if glob.has_magic(path):
+        walk.pattern(*_split_pattern(path))
+    else:
+        walk.named(path)
+    return walk.result()
 
 
 def expand_inputs(inputs: list[InputSpec]) -> list[tuple[int, InputSpec, str]]:
@@ -37,6 +54,161 @@ def expand_inputs(inputs: list[InputSpec]) -> list[tuple[int, InputSpec, str]]:
         for path in expand_path(spec.path):
             out.append((len(out), spec, path))
     return out
+
+
+def _split_pattern(path: str) -> tuple[str, list[str]]:
+    """``("data", ["**", "*.txt"])`` for ``data/**/*.txt``: the fixed leading folder and the rest."""
+    parts = path.split(os.sep)
+    first = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    root = os.sep.join(parts[:first])
+    if not root and path.startswith(os.sep):
+        root = os.sep
+    return root, [p for p in parts[first:] if p]
+
+
+def _join(folder: str, name: str) -> str:
+    return os.path.join(folder, name) if folder else name
+
+
+def _kind(path: str) -> tuple[str, os.stat_result | None]:
+    """``file``, ``dir``, ``special``, ``missing``, ``broken`` (a dangling link or a link cycle: a file
+    that should be there and is not) or ``unreadable`` (there, but cannot be examined)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return ("broken" if os.path.islink(path) else "missing"), None
+    except OSError as exc:
+        return ("broken" if exc.errno == errno.ELOOP else "unreadable"), None
+    except ValueError:  # a NUL byte in the name
+        return "missing", None
+    if stat.S_ISDIR(st.st_mode):
+        return "dir", st
+    if stat.S_ISREG(st.st_mode):
+        return "file", st
+    return "special", st
+
+
+def _is_loop(link: str, folder: str) -> bool:
+    """True when the symlink ``link`` inside ``folder`` leads to ``folder`` or to one of its ancestors."""
+    target, here = os.path.realpath(link), os.path.realpath(folder)
+    return here == target or here.startswith(target.rstrip(os.sep) + os.sep)
+
+
+class _Walk:
+    """The files found so far, keyed by real identity, and the folders entered (per pattern position)."""
+
+    def __init__(self) -> None:
+        self.found: dict[Hashable, str] = {}
+        self.entered: set[tuple[int, int, int]] = set()
+
+    def result(self) -> list[str]:
+        return sorted(self.found.values(), key=os.path.normpath)
+
+    def _add(self, key: Hashable, path: str) -> None:
+        old = self.found.get(key)
+        if old is None or os.path.normpath(path) < os.path.normpath(old):
+            self.found[key] = path
+
+    def _add_file(self, path: str, st: os.stat_result) -> None:
+        self._add((st.st_dev, st.st_ino), path)
+
+    def _add_unreadable(self, path: str) -> None:
+        self._add(("unreadable", os.path.normpath(path)), path)
+
+    def _enter(self, folder: str, st: os.stat_result, step: int) -> bool:
+        """False when this folder was already entered at this pattern position (``-1``: read whole)."""
+        key = (st.st_dev, st.st_ino, step)
+        if key in self.entered:
+            return False
+        self.entered.add(key)
+        return True
+
+    def _list(self, folder: str) -> list[tuple[str, str]] | None:
+        """``(name, path)`` of the folder's entries by name, or None (recorded) when it cannot be listed."""
+        try:
+            with os.scandir(folder or os.curdir) as entries:
+                names = sorted(e.name for e in entries)
+        except OSError:
+            self._add_unreadable(folder or os.curdir)
+            return None
+        return [(name, _join(folder, name)) for name in names]
+
+    def named(self, path: str) -> None:
+        """A path named as is: a file, a folder (read whole), or nothing."""
+        kind, st = _kind(path)
+        if kind == "file":
+            self._add_file(path, st)  # type: ignore[arg-type]
+        elif kind == "dir":
+            self.folder(path, st)  # type: ignore[arg-type]
+        elif kind in ("unreadable", "broken"):
+            self._add_unreadable(path)
+
+    def folder(self, top: str, st: os.stat_result) -> None:
+        """Every file below ``top`` (depth first, by name; a stack, so depth is not bounded by recursion)."""
+        stack = [(top, st)]
+        while stack:
+            folder, fst = stack.pop()
+            if not self._enter(folder, fst, -1):
+                continue
+            entries = self._list(folder)
+            subfolders = []
+            for _, path in entries or ():
+                kind, est = _kind(path)
+                if kind == "file":
+                    self._add_file(path, est)  # type: ignore[arg-type]
+                elif kind in ("unreadable", "broken"):
+                    self._add_unreadable(path)
+                elif kind == "dir" and not (os.path.islink(path) and _is_loop(path, folder)):
+                    subfolders.append((path, est))
+            stack.extend(reversed(subfolders))
+
+    def pattern(self, root: str, segs: list[str]) -> None:
+        """Paths below ``root`` matching ``segs`` segment by segment (``**``: zero or more folders)."""
+        kind, st = _kind(root or os.curdir)
+        if kind in ("unreadable", "broken"):
+            self._add_unreadable(root or os.curdir)
+        if kind != "dir":
+            return
+        stack: list[tuple[str, os.stat_result, int]] = [(root, st, 0)]  # type: ignore[list-item]
+        while stack:
+            folder, fst, i = stack.pop()
+            if not self._enter(folder, fst, i):
+                continue
+            seg, last = segs[i], i == len(segs) - 1
+            if seg == "**" and last:  # a trailing ** names everything below
+                self.folder(folder, fst)
+                continue
+            found: list[tuple[str, os.stat_result, int]] = []
+            if seg == "**":
+                found.append((folder, fst, i + 1))  # ** as zero folders
+                candidates = self._children(folder, "*") or []
+                nxt = i  # ... or as one more folder, still at **
+            elif not glob.has_magic(seg):
+                candidates, nxt = [_join(folder, seg)], i + 1
+            else:
+                candidates, nxt = self._children(folder, seg) or [], i + 1
+            for path in candidates:  # (seg is not a trailing ** here)
+                kind, est = _kind(path)
+                if kind == "unreadable" or (kind == "broken" and last):  # a broken link on the way holds
+                    self._add_unreadable(path)  # no folder to search; one in the last place names a lost file
+                elif kind != "dir":
+                    if last and kind == "file":
+                        self._add_file(path, est)  # type: ignore[arg-type]
+                elif os.path.islink(path) and _is_loop(path, folder):
+                    continue
+                elif last:
+                    self.folder(path, est)  # type: ignore[arg-type]
+                else:
+                    found.append((path, est, nxt))  # type: ignore[arg-type]
+            stack.extend(reversed(found))
+
+    def _children(self, folder: str, seg: str) -> list[str] | None:
+        """Entries whose name matches ``seg``; names starting with ``.`` only when ``seg`` does too."""
+        entries = self._list(folder)
+        if entries is None:
+            return None
+        hidden = seg.startswith(".")
+        return [p for name, p in entries if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, seg)]
 
 
 def source_name(input_path: str, path: str) -> str:

@@ -30,19 +30,19 @@ def read_sft(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -
         try:
             segments = render(record, fmt, spec.template)
         except RecordError as exc:
-            yield drop(path, name, file_index, record_index, f"bad_record:{exc}", raw, doc_id)
+            yield drop(name, file_index, record_index, f"bad_record:{exc}", raw, doc_id)
             continue
         except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:  # a template that cannot render
-            yield drop(path, name, file_index, record_index, "bad_record:bad_template", raw, doc_id, error=str(exc))
+            yield drop(name, file_index, record_index, "bad_record:bad_template", raw, doc_id, error=str(exc))
             continue
         text = "".join(t for t, _ in segments)
         if not encodable(text):
-            yield drop(path, name, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
+            yield drop(name, file_index, record_index, "invalid_utf8", raw, doc_id, error="lone surrogate")
             continue
         yield make_doc(
             doc_id,
             text,
-            path,
+            name,
             make_ord(file_index, record_index),
             meta_json(record, consumed),
             json.dumps([[t, bool(train)] for t, train in segments], ensure_ascii=False),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.readers.docs import is_blank
+
 DEFAULT_INSTRUCTION_TEMPLATE = "### Instruction:\n{instruction}\n\n{input_block}### Response:\n"
 DEFAULT_CHAT_TEMPLATE = "<|{role}|>\n"
 
@@ -22,14 +24,14 @@ class RecordError(ValueError):
 def render_instruction(record: dict[str, Any], template: str | None = None) -> Segments:
     """``{instruction, input?, output}`` -> prompt (no loss) + output (loss)."""
     instruction, output = record.get("instruction"), record.get("output")
-    if not isinstance(instruction, str) or not instruction.strip():
+    if not isinstance(instruction, str) or is_blank(instruction):
         raise RecordError("missing_instruction")
-    if not isinstance(output, str) or not output.strip():
+    if not isinstance(output, str) or is_blank(output):
         raise RecordError("missing_output")
     extra = record.get("input") or ""
     if not isinstance(extra, str):
         raise RecordError("bad_input_field")
-    input_block = f"### Input:\n{extra}\n\n" if extra.strip() else ""
+    input_block = "" if is_blank(extra) else f"### Input:\n{extra}\n\n"
     prompt = (template or DEFAULT_INSTRUCTION_TEMPLATE).format(
         instruction=instruction, input=extra, input_block=input_block
     )

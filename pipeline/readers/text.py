@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from pipeline.documents import Doc, Drop
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
-from pipeline.readers.docs import default_id, drop, error_text, make_doc, make_ord
+from pipeline.readers.docs import default_id, drop, error_text, is_blank, make_doc, make_ord
 
 BOM = "\ufeff"
 
@@ -21,15 +21,15 @@ def read_text(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
             data = fh.read()
             check_complete(fh)
     except TruncatedInput as exc:
-        yield drop(path, name, file_index, 0, "truncated_file", error=str(exc))
+        yield drop(name, file_index, 0, "truncated_file", error=str(exc))
         return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        yield drop(path, name, file_index, 0, "invalid_utf8", data, error=error_text(exc))
+        yield drop(name, file_index, 0, "invalid_utf8", data, error=error_text(exc))
         return
     text = text.removeprefix(BOM)
-    if not text.strip():
-        yield drop(path, name, file_index, 0, "empty_text", data)
+    if is_blank(text):
+        yield drop(name, file_index, 0, "empty_text", data)
         return
-    yield make_doc(default_id(name, 0), text, path, make_ord(file_index, 0))
+    yield make_doc(default_id(name, 0), text, name, make_ord(file_index, 0))

@@ -2,20 +2,37 @@
 ``conversion`` records -> their text as is. Other records (warcinfo, request, metadata, non-HTML
 responses) are skipped without a drop: they are not documents. Every WARC record counts in the
 record index, so ``ord`` points at the record's position in the file.
+
+Records are cut apart here with warcio's record loader rather than its ``ArchiveIterator``, which
+takes a record without a ``Content-Length`` (a header block ended early by a garbage or blank line)
+as running to the end of the file, silently swallowing every record after it. A WARC record without
+a ``WARC-Type``, without a valid ``Content-Length``, or not followed by the blank line its length
+promises is a ``malformed_warc_record`` drop, and reading goes on at the next ``WARC/x.y`` line.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
-from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.limitreader import LimitReader
+from warcio.recordloader import ArcWarcRecordLoader
 
 from pipeline.documents import Doc, Drop
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
-from pipeline.readers.docs import default_id, drop, encodable, error_text, make_doc, make_ord, meta_json
+from pipeline.readers.docs import (
+    MAX_RAW_BYTES,
+    default_id,
+    drop,
+    encodable,
+    error_text,
+    is_blank,
+    make_doc,
+    make_ord,
+    meta_json,
+)
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 #: options of trafilatura.extract: `fast` skips the backup extractors (readability, jusText), about 1.5x
@@ -27,26 +44,131 @@ TRAFILATURA_OPTIONS: dict[str, Any] = {
     "deduplicate": False,
     "output_format": "txt",
 }
+#: the first line of a WARC record
+WARC_VERSION = re.compile(rb"WARC/\d+\.\d+\r?\n")
+#: lines are read at most this long while looking for the next record (a line without an end is no record)
+MAX_LINE = 64 * 1024
+MALFORMED = "malformed_warc_record"
 
 
 def read_warc(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
-    next_index = 0
+    index = 0
+    loader = ArcWarcRecordLoader(verify_http=False, arc2warc=True)
     # decompressed here, not by warcio: warcio reads a cut .warc.gz as a shorter file without a word
-    with open_binary(path) as fh:
+    with open_binary(path) as raw_fh:
+        fh = _Tellable(raw_fh)
         try:
-            for record in ArchiveIterator(fh, arc2warc=True):
-                item = _record_doc(file_index, path, name, next_index, record)
-                if _cut_short(record):
-                    raise TruncatedInput(f"record {next_index} ends before its Content-Length")
-                next_index += 1
+            line, _ = _next_line(fh)
+            is_warc = WARC_VERSION.fullmatch(line) is not None  # else ARC (or not an archive at all)
+            while line:
+                if is_warc and not WARC_VERSION.fullmatch(line):
+                    raw, line = _skip_to_record(fh, line)
+                    yield drop(name, file_index, index, MALFORMED, raw, error="no WARC/x.y line where a record starts")
+                    index += 1
+                    continue
+                try:
+                    record = loader.parse_record_stream(fh, line, "warc" if is_warc else None)
+                except ArchiveLoadFailed as exc:  # not an archive at all, or a damaged record header
+                    if index == 0:
+                        yield drop(name, file_index, 0, "unreadable_file", error=error_text(exc))
+                        return
+                    raw, line = _skip_to_record(fh, line)
+                    yield drop(name, file_index, index, MALFORMED, raw, error=error_text(exc))
+                    index += 1
+                    continue
+                except EOFError:
+                    break
+                item, line = _record(fh, record, is_warc, file_index, name, index)
+                index += 1
                 if item is not None:
                     yield item
-            check_complete(fh)
+            check_complete(raw_fh)
         except TruncatedInput as exc:
-            yield drop(path, name, file_index, next_index, "truncated_file", error=str(exc))
-        except ArchiveLoadFailed as exc:  # not a WARC at all, or a damaged record header
-            reason = "unreadable_file" if next_index == 0 else "truncated_file"
-            yield drop(path, name, file_index, next_index, reason, error=error_text(exc))
+            yield drop(name, file_index, index, "truncated_file", error=str(exc))
+
+
+class _Tellable:
+    """The decompressed stream with the ``tell()`` warcio's loader calls (it cannot seek: count bytes)."""
+
+    def __init__(self, fh: BinaryIO):
+        self._fh = fh
+        self._pos = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = self._fh.read(-1 if size is None else size)
+        self._pos += len(data)
+        return data
+
+    def readline(self, size: int | None = -1) -> bytes:
+        data = self._fh.readline(-1 if size is None else size)
+        self._pos += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self._pos
+
+
+def _record(
+    fh: _Tellable, record: Any, is_warc: bool, file_index: int, name: str, index: int
+) -> tuple[Doc | Drop | None, bytes]:
+    """The record's document or drop (None: not a document), and the first line of the next record."""
+    problem = _header_problem(record) if is_warc else None
+    doc_id = record.rec_headers.get_header("WARC-Record-ID") or None
+    raw = b""
+    if problem is None:
+        item = _record_doc(file_index, name, index, record)
+    elif isinstance(record.raw_stream, LimitReader):
+        item, raw = None, record.raw_stream.read(MAX_RAW_BYTES)
+    else:  # no usable length: the record would run to the end of the file
+        raw, line = _skip_to_record(fh, b"")
+        return drop(name, file_index, index, MALFORMED, raw, doc_id, error=problem), line
+    if _cut_short(record):
+        raise TruncatedInput(f"record {index} ends before its Content-Length")
+    line, blanks = _next_line(fh)
+    if is_warc and line and not blanks:  # the length was wrong: what follows is not where a record starts
+        problem = problem or "record not followed by a blank line: its Content-Length is wrong"
+        junk, line = _skip_to_record(fh, line)
+        raw = raw or junk
+    if problem is not None:
+        return drop(name, file_index, index, MALFORMED, raw, doc_id, error=problem), line
+    return item, line
+
+
+def _header_problem(record: Any) -> str | None:
+    """Why a WARC record's headers cannot be trusted, or None."""
+    headers = record.rec_headers
+    if not headers.get_header("WARC-Type"):
+        return "no WARC-Type header"
+    length = headers.get_header("Content-Length")
+    if length is None:
+        return "no Content-Length header"
+    if not re.fullmatch(r"[0-9]+", length.strip()):
+        return f"Content-Length {length[:40]!r} is not a number"
+    return None
+
+
+def _next_line(fh: _Tellable) -> tuple[bytes, int]:
+    """The next line that is not blank (b"" at the end) and how many blank lines came before it."""
+    blanks = 0
+    while True:
+        line = fh.readline(MAX_LINE)
+        if not line or line.strip():
+            return line, blanks
+        blanks += 1
+
+
+def _skip_to_record(fh: _Tellable, first: bytes) -> tuple[bytes, bytes]:
+    """Read on to the next ``WARC/x.y`` line: ``(what was skipped, at most 10 KB; that line or b"")``."""
+    raw = bytearray(first[:MAX_RAW_BYTES])
+    at_line_start = not first or first.endswith(b"\n")
+    while True:
+        line = fh.readline(MAX_LINE)
+        if not line:
+            return bytes(raw), b""
+        if at_line_start and WARC_VERSION.fullmatch(line):
+            return bytes(raw), line
+        raw += line[: MAX_RAW_BYTES - len(raw)]
+        at_line_start = line.endswith(b"\n")
 
 
 def _cut_short(record: Any) -> bool:
@@ -59,7 +181,7 @@ def _cut_short(record: Any) -> bool:
     return stream.limit > 0
 
 
-def _record_doc(file_index: int, path: str, name: str, record_index: int, record: Any) -> Doc | Drop | None:
+def _record_doc(file_index: int, name: str, record_index: int, record: Any) -> Doc | Drop | None:
     if record.rec_type == "response":
         ctype = _content_type(record)
         if not ctype.startswith(HTML_TYPES):
@@ -74,13 +196,13 @@ def _record_doc(file_index: int, path: str, name: str, record_index: int, record
     payload = record.content_stream().read()
     text, reason, error = _record_text(record.rec_type, payload, url)
     if reason is not None:
-        return drop(path, name, file_index, record_index, reason, payload, doc_id, url=url, error=error)
+        return drop(name, file_index, record_index, reason, payload, doc_id, url=url, error=error)
     meta = {"url": url, "date": headers.get_header("WARC-Date"), "content_type": ctype}
     meta["warc_type"] = record.rec_type
     if record.http_headers is not None:
         meta["http_status"] = record.http_headers.get_statuscode()
     meta.update({k.lower(): v for k, v in headers.headers if k.lower().startswith("x-")})
-    return make_doc(doc_id, text, path, make_ord(file_index, record_index), meta_json(meta, ()))
+    return make_doc(doc_id, text, name, make_ord(file_index, record_index), meta_json(meta, ()))
 
 
 def _record_text(rec_type: str, payload: bytes, url: str | None) -> tuple[str, str | None, str | None]:
@@ -92,7 +214,7 @@ def _record_text(rec_type: str, payload: bytes, url: str | None) -> tuple[str, s
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
         return "", "invalid_utf8", error_text(exc)
-    if not text.strip():
+    if is_blank(text):
         return "", "empty_text", None
     if not encodable(text):
         return "", "invalid_utf8", "lone surrogate"
@@ -113,4 +235,4 @@ def extract_html(html: bytes, url: str | None = None) -> str | None:
         text = trafilatura.extract(html, url=url, **TRAFILATURA_OPTIONS)
     except Exception:  # noqa: BLE001 (heuristics over hostile HTML: any failure means "no text")
         return None
-    return text if text and text.strip() else None
+    return text if text and not is_blank(text) else None

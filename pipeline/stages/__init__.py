@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from pipeline.stages.base import DatasetStage, FilterStage, Stage, StageContext
+from pipeline.stages.base import DatasetStage, FilterParams, FilterStage, Stage, StageContext, StageParams, Verdict
 
 StageClass = type[Stage] | type[DatasetStage]
 
@@ -27,4 +27,7 @@ def stage_class(name: str) -> StageClass:
     return getattr(importlib.import_module(module), attr)
 
 
-__all__ = ["REGISTRY", "DatasetStage", "FilterStage", "Stage", "StageContext", "stage_class"]
+__all__ = [
+    "REGISTRY", "DatasetStage", "FilterParams", "FilterStage", "Stage", "StageContext", "StageParams", "Verdict",
+    "stage_class",
+]

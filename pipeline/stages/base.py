@@ -1,31 +1,84 @@
-"""The one stage interface: a batch of documents in, kept documents out, each drop with a reason.
+"""Writing a stage: the one stage interface, from a batch of documents to kept documents and drops.
 
-A document is a plain dict with at least ``id`` (str), ``text`` (str), ``source`` (str),
-``ord`` (int64: the document's position in the input, ``file_index << 40 | record_index``, used to
-restore a deterministic order after any shuffle) and ``meta`` (a JSON string).
+A document is a dict with ``id``, ``text``, ``source``, ``ord`` (its position in the input, used to
+restore a deterministic order), ``meta`` (a dict: annotations go here) and ``segments`` (SFT spans).
+Register a stage with one line in :data:`pipeline.stages.REGISTRY` (``"name": "module:Class"``).
 
-Two kinds of stage:
-- :class:`Stage` works on one batch at a time (normalize, filters, PII, tokenize...). Subclasses
-  implement :meth:`Stage.process` or, for a per-document filter, :meth:`FilterStage.filter`.
-  The runner wraps them in :class:`pipeline.job.udfs.BatchStageRunner`, which counts docs in/out,
-  drops per reason, bytes and seconds, and writes dropped documents to ``rejected/``.
-- :class:`DatasetStage` needs the whole dataset (exact and near dedup): it gets the Ray Dataset and
-  returns a new one, recording its counters and rejects through the :class:`StageContext`.
+**Kinds.** :class:`Stage` sees one batch at a time: implement ``process(docs)`` and yield each
+document (possibly edited) or a :class:`~pipeline.documents.Drop` with a reason. :class:`FilterStage`
+is a per-document keep/drop decision: implement ``filter(doc)``. :class:`DatasetStage` needs the whole
+dataset (dedup): implement ``apply(ds, recorder)`` on the Ray Dataset.
+
+**Params.** ``Params`` is a pydantic model inheriting :class:`StageParams` (unknown keys refused);
+a filter's inherits :class:`FilterParams`. The spec is parsed once; a stage reads ``self.params``.
+Check files in ``preflight()`` (raise ``ValueError("param: why")``), not in the model.
+
+**Filters.** ``filter(doc)`` returns ``True`` (keep), a reason string (drop), or a
+:class:`Verdict` ``(keep, reason, scores)`` whose ``scores`` are per-document floats (a ratio, a
+language probability). Name reasons by rule (``gopher_quality:symbol_word_ratio``). Every filter has
+``mode``: in ``filter`` mode (default) a drop goes to ``rejected/`` with ``detail.scores``; in
+``annotate`` mode every document is kept and the verdict is written to its metadata as
+``meta["filters"][stage.name] = {"keep": bool, "reason": str | None, "scores": {...}}``, and each
+would-be drop is counted as ``would_drop:<reason>``. A filter that also edits text overrides
+``process`` and calls ``self.judge(doc, verdict)``.
+
+**Counters and scores.** ``self.count("lines_removed", 3)`` adds to a counter and
+``self.observe("entities", 2.0)`` records a per-document score; verdict scores are observed for you.
+The runner collects them after every batch (a stage never talks to Ray or the stats actor); they end
+in ``stats.json`` under the stage's entry as ``"counters": {name: n}`` and ``"scores": {name: {count,
+min, max, mean, p01, p10 ... p90, p99}}`` (quantiles within 1 %, merged across workers), next to
+``docs_in``, ``docs_out``, ``dropped``, ``bytes_in``, ``bytes_out`` and ``seconds``.
+
+**Expensive state.** ``prepare()`` runs once per job on the driver, before any worker starts (build
+an n-gram index, load a model); its return value goes through Ray's object store to every worker,
+where it is ``self.prepared`` by the time ``setup()`` runs (once per worker: open files, compile
+regexes). Neither runs per batch. Keep heavy imports (Ray, torch, fastText, Presidio) inside
+``prepare``/``setup``/``apply``: validating a spec imports the stage module and must stay cheap.
+
+Run a batch stage without Ray (tests, notebooks) with :func:`run_batch`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.documents import Doc, Drop
+from pipeline.stages.metrics import StageMetrics
 
 
-class NoParams(BaseModel):
+class StageParams(BaseModel):
+    """Base of every stage's ``Params``: a typo in a spec is refused, not ignored."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+#: a stage without parameters
+NoParams = StageParams
+
+
+class FilterParams(StageParams):
+    """Base of every filter's ``Params``."""
+
+    #: ``filter``: drop what fails; ``annotate``: keep everything, write the verdict to ``meta["filters"]``
+    mode: Literal["filter", "annotate"] = "filter"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A filter's decision on one document; ``reason`` names the rule that failed (default: the stage)."""
+
+    keep: bool
+    reason: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def annotation(self) -> dict[str, Any]:
+        """The verdict as stored in ``meta["filters"][stage]`` in annotate mode."""
+        return {"keep": self.keep, "reason": None if self.keep else self.reason, "scores": dict(self.scores)}
 
 
 @dataclass
@@ -50,12 +103,20 @@ class Stage:
     #: params holding a path or a list of paths: relative ones resolve against a spec file's folder
     path_params: ClassVar[tuple[str, ...]] = ()
 
+    #: what :meth:`prepare` returned on the driver (None when it returned nothing), set before :meth:`setup`
+    prepared: Any = None
+
     def __init__(self, params: BaseModel, ctx: StageContext):
         self.params = params
         self.ctx = ctx
 
+    def prepare(self) -> Any:
+        """Once per job, on the driver: build what every worker shares (an index, a model). The value
+        reaches each worker through Ray's object store as ``self.prepared``; keep it plain data."""
+        return None
+
     def setup(self) -> None:
-        """Load models or build indexes once per worker, not once per batch."""
+        """Once per worker, after ``self.prepared`` is set: load models, compile patterns."""
 
     def preflight(self) -> None:
         """Checks that need the filesystem (a model file, an earlier index), run when the spec is
@@ -64,20 +125,90 @@ class Stage:
     def process(self, docs: list[Doc]) -> Iterable[Doc | Drop]:
         raise NotImplementedError
 
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to this stage's counter ``name`` (summed over batches and workers)."""
+        self._recording().count(name, n)
+
+    def observe(self, name: str, value: float) -> None:
+        """Record one document's score ``name`` (summarised as a distribution in ``stats.json``)."""
+        self._recording().observe(name, value)
+
+    def take_metrics(self) -> StageMetrics:
+        """Hand over and reset what was recorded (the runner calls it after each batch)."""
+        return self.__dict__.pop("_stage_metrics", None) or StageMetrics()
+
+    def _recording(self) -> StageMetrics:
+        # created lazily so a subclass __init__ that skips super().__init__ still counts
+        m = self.__dict__.get("_stage_metrics")
+        if m is None:
+            m = self.__dict__["_stage_metrics"] = StageMetrics()
+        return m
+
 
 class FilterStage(Stage):
-    """A per-document filter, datatrove style: ``filter`` returns True to keep, else a reason."""
+    """A per-document filter: :meth:`filter` returns True, a drop reason, or a :class:`Verdict`."""
 
-    def filter(self, doc: Doc) -> bool | str:
+    Params: ClassVar[type[BaseModel]] = FilterParams
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if not (isinstance(cls.Params, type) and issubclass(cls.Params, FilterParams)):
+            raise TypeError(f"{cls.__name__}.Params must inherit pipeline.stages.base.FilterParams (for `mode`)")
+
+    def filter(self, doc: Doc) -> bool | str | Verdict:
         raise NotImplementedError
 
     def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
         for doc in docs:
-            verdict = self.filter(doc)
-            if verdict is True:
-                yield doc
-            else:
-                yield Drop(doc, verdict if isinstance(verdict, str) else self.name)
+            yield self.judge(doc, self.filter(doc))
+
+    def judge(self, doc: Doc, verdict: bool | str | Verdict) -> Doc | Drop:
+        """Apply a verdict in this stage's mode: observe its scores, then keep, drop or annotate."""
+        v = self.verdict(verdict)
+        for name, value in v.scores.items():
+            self.observe(name, value)
+        if self.params.mode == "annotate":
+            meta = doc.get("meta")
+            if not isinstance(meta, dict):
+                meta = json.loads(meta) if meta else {}
+                doc["meta"] = meta
+            meta.setdefault("filters", {})[self.name] = v.annotation()
+            if not v.keep:
+                self.count(f"would_drop:{v.reason}")
+            return doc
+        if v.keep:
+            return doc
+        return Drop(doc, v.reason or self.name, {"scores": dict(v.scores)} if v.scores else {})
+
+    def verdict(self, value: bool | str | Verdict) -> Verdict:
+        """What :meth:`filter` returned, as a :class:`Verdict` (False or no reason: the stage's name)."""
+        if isinstance(value, Verdict):
+            return value if value.keep or value.reason else Verdict(False, self.name, value.scores)
+        if value is True:
+            return Verdict(True)
+        if value is False:
+            return Verdict(False, self.name)
+        if isinstance(value, str) and value:
+            return Verdict(False, value)
+        raise TypeError(f"{type(self).__name__}.filter returned {value!r}: expected True, a reason or a Verdict")
+
+
+@dataclass
+class BatchResult:
+    """One batch through a stage: kept documents, drops, and what the stage counted."""
+
+    kept: list[Doc]
+    drops: list[Drop]
+    metrics: StageMetrics
+
+
+def run_batch(stage: Stage, docs: list[Doc]) -> BatchResult:
+    """Run ``stage`` on one batch and collect its output and metrics (what the Ray runner does per batch)."""
+    kept: list[Doc] = []
+    drops: list[Drop] = []
+    for item in stage.process(docs):
+        (drops if isinstance(item, Drop) else kept).append(item)
+    return BatchResult(kept, drops, stage.take_metrics())
 
 
 class DatasetStage:
@@ -105,6 +236,7 @@ class DatasetStage:
 
         ``recorder`` is a :class:`pipeline.job.stats.StageRecorder`: call ``recorder.rejects(batch)`` from
         Ray tasks with the dropped rows (they must carry ``reason`` and may carry ``detail``) and
-        ``recorder.counts(docs_in=..., docs_out=..., dropped={reason: n}, bytes_in=..., seconds=...)``.
+        ``recorder.counts(docs_in=..., docs_out=..., dropped={reason: n}, bytes_in=..., seconds=...,
+        metrics=StageMetrics)`` (the last for the stage's own counters and scores).
         """
         raise NotImplementedError

@@ -1,4 +1,8 @@
-"""Unicode NFC, line endings, and trimming: the canonical text every later stage hashes and counts."""
+"""Unicode NFC, line endings, and trimming: the canonical text every later stage hashes and counts.
+
+A text left with nothing visible (whitespace and zero-width characters only) is dropped as ``empty_text``,
+by the same test and under the same reason as in the readers.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.documents import Doc, Drop
+from pipeline.readers.docs import is_blank
 from pipeline.stages.base import Stage
 
 
@@ -34,8 +39,8 @@ class Normalize(Stage):
             text = self._clean(doc["text"])
             if self.params.strip:
                 text = text.strip()
-            if not text:
-                yield Drop(doc, "empty_after_normalize")
+            if is_blank(text):
+                yield Drop(doc, "empty_text")
                 continue
             doc["text"] = text
             yield doc

@@ -1,0 +1,507 @@
+"""The job engine: one job = four phases that emit typed events and can be resumed or cancelled.
+
+Phases (``pipeline.job.events.PHASES``):
+
+1. **curate**: read every input and run the stages on Ray; the last step writes the kept documents,
+   on the workers, as Parquet parts in ``.tokenmill/work/curated/``.
+2. **tokenizer**: train BPE on the first documents (or load ``tokenizer.path``).
+3. **write**: tokenize + pack ranges of documents and write shards, all on Ray workers
+   (:mod:`pipeline.output.parallel_write`); each finished range and shard is recorded at once.
+4. **finalize**: stats, manifest and the documents output are staged, then committed into the
+   output folder in one step (:meth:`pipeline.job.output_dir.OutputDir.commit`).
+
+Everything a rerun needs lives in the output's work folder (``.tokenmill/work``): a rerun of the same
+spec skips finished phases, ranges and shards (a shard file is neither recomputed nor rewritten),
+and ends byte-identical to an uninterrupted run; another spec is refused unless ``overwrite``.
+The driver handles counts and names only: documents and tokens stay on the workers.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.job import events as ev
+from pipeline.job.output_dir import (
+    OutputDir,
+    OutputError,
+    check_not_overlapping,
+    describe_os_error,
+    os_error_category,
+)
+from pipeline.job.state import EVENTS, RANGES, SHARDS, JsonlLog, StateError, WorkState, read_jsonl
+from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardInfo, sha256_file, token_dtype
+from pipeline.spec import JobSpec
+
+EventSink = Callable[[ev.Event], None]
+#: seconds between two progress / counter events
+PROGRESS_EVERY = 1.0
+
+
+class JobError(RuntimeError):
+    """A job that cannot finish: one clear line, and a category (see ``events.FailureCategory``)."""
+
+    category: ev.FailureCategory = "app"
+
+    def __init__(self, message: str, category: ev.FailureCategory | None = None):
+        super().__init__(message)
+        if category is not None:
+            self.category = category
+
+
+class JobCancelled(JobError):
+    category: ev.FailureCategory = "cancelled"
+
+
+@dataclass
+class JobResult:
+    output_dir: Path
+    manifest: Manifest | None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Job:
+    """Run one spec. ``on_event`` gets every event (from the calling thread, and from one progress
+    thread while curation runs); ``cancel()`` may be called from any thread or a signal handler."""
+
+    def __init__(self, spec: JobSpec, on_event: EventSink | None = None, log_path: str | None = None):
+        self.spec = spec
+        self.out = OutputDir(spec.output.path)
+        self._sinks = [on_event] if on_event else []
+        self._cancel = threading.Event()
+        self._events_log: JsonlLog | None = None
+        self._emit_lock = threading.Lock()
+        self._log_path = log_path
+        self._inflight: list[Any] = []
+        self.phase: str | None = None
+
+    # ---- public ------------------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def run(self) -> JobResult:
+        spec = self.spec
+        try:
+            check_not_overlapping(spec.output.path, [i.path for i in spec.inputs])
+            with self.out.lock():
+                self.out.claim(spec.output.overwrite)
+                return self._run_locked()
+        except OutputError as exc:
+            raise self._fail(JobError(str(exc), exc.category)) from None
+        except JobError as exc:
+            raise self._fail(exc) from None
+        except KeyboardInterrupt:
+            raise self._fail(JobCancelled(f"cancelled during {self.phase or 'start'}")) from None
+        except OSError as exc:
+            raise self._fail(JobError(describe_os_error(exc, exc.filename), os_error_category(exc))) from None
+
+    # ---- the phases --------------------------------------------------------------------------------
+
+    def _run_locked(self) -> JobResult:
+        spec = self.spec
+        t_start = time.perf_counter()
+        work = self.out.work
+        spec_hash = spec.content_hash()
+        try:
+            state = WorkState.open(work, spec_hash)
+        except StateError as exc:
+            if not spec.output.overwrite:
+                raise JobError(str(exc), "validation") from None
+            shutil.rmtree(work)
+            state = WorkState.open(work, spec_hash)
+        if state.is_new():
+            _clear(work)
+            state.save()
+        self._events_log = JsonlLog(self.out.private / EVENTS)
+        started_ray = self._start_ray()
+        try:
+            from pipeline.job.curation import parallelism
+
+            par = parallelism(spec.execution.parallelism)
+            self._emit(ev.JobStarted(job=spec.name, spec_hash=spec_hash, output=str(self.out.path), parallelism=par,
+                                     resumed_phases=tuple(p for p in ev.PHASES if state.done(p))))
+            curated = self._phase("curate", state, lambda: self._curate(state, par))
+            if curated["docs"] == 0:
+                raise JobError("no document survived the stages: nothing to write", "input")
+            written = None
+            if spec.tokenizer is not None:
+                tok = self._phase("tokenizer", state, lambda: self._tokenizer(state, curated))
+                written = self._phase("write", state, lambda: self._write(state, curated, tok, par))
+            result = self._finalize(state, curated, written, par, t_start)
+        finally:
+            self._cancel_inflight()
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+            if self._events_log:
+                self._events_log.close()
+        return result
+
+    def _phase(self, name: str, state: WorkState, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        done = state.done(name)
+        if done is not None:
+            self._emit(ev.PhaseChanged(phase=name, state="skipped", seconds=done.get("seconds", 0.0)))
+            return done
+        self._check_cancel()
+        self.phase = name
+        self._emit(ev.PhaseChanged(phase=name, state="started"))
+        t0 = time.perf_counter()
+        record = body()
+        record["seconds"] = round(time.perf_counter() - t0, 3)
+        state.finish(name, record)
+        self._emit(ev.PhaseChanged(phase=name, state="finished", seconds=record["seconds"]))
+        return record
+
+    def _curate(self, state: WorkState, par: int) -> dict[str, Any]:
+        from pipeline.job.curation import curate
+
+        work = self.out.work
+        for folder in (work / "curated", self.out.stage / "rejected", self.out.stage / "index"):
+            shutil.rmtree(folder, ignore_errors=True)
+        (work / "curated").mkdir(parents=True)
+        return curate(self.spec, str(work / "curated"), str(self.out.stage), par, self._emit, self._check_cancel)
+
+    def _tokenizer(self, state: WorkState, curated: dict[str, Any]) -> dict[str, Any]:
+        import ray
+
+        from pipeline.job.curation import make_tokenizer
+
+        # trained on a worker: the driver never holds the corpus sample
+        task = ray.remote(num_cpus=1, max_retries=1)(make_tokenizer)
+        ref = task.remote(self.spec, str(self.out.work / "curated"), curated["parts"])
+        self._inflight = [ref]
+        tok_json, info = self._get(ref)
+        self._inflight = []
+        _write_text(self.out.stage / TOKENIZER, tok_json)
+        return {"sha256": info.sha256, "vocab_size": info.vocab_size}
+
+    def _write(self, state: WorkState, curated: dict[str, Any], tok_rec: dict[str, Any], par: int) -> dict[str, Any]:
+        import ray
+
+        from pipeline.job.curation import tokenizer_info
+        from pipeline.output.curated import sorted_parts
+        from pipeline.output.parallel_write import (
+            PackConfig,
+            pack_range,
+            range_bounds,
+            range_file,
+            shard_slices,
+            write_shard_task,
+        )
+
+        spec, work = self.spec, self.out.work
+        tok_json = (self.out.stage / TOKENIZER).read_text(encoding="utf-8")
+        info = tokenizer_info(tok_json, spec)
+        if info.sha256 != tok_rec["sha256"]:
+            raise JobError(f"{self.out.stage / TOKENIZER} changed since the tokenizer phase; pass --overwrite", "app")
+        cfg = PackConfig(spec.packing.seq_len, spec.packing.method, spec.packing.max_open,
+                         token_dtype(info.vocab_size).name, spec.output.samples_per_shard)
+        parts = sorted_parts(curated["parts"])
+        bounds = range_bounds(curated["docs"], spec.packing.range_docs)
+        ranges_dir, shards_out = str(work / "ranges"), str(self.out.stage)
+        range_log, shard_log = JsonlLog(work / RANGES), JsonlLog(work / SHARDS)
+        ranges = {r["range"]: r for r in read_jsonl(work / RANGES) if range_file(ranges_dir, r["range"]).exists()}
+        shards = {r["index"]: r for r in read_jsonl(work / SHARDS) if _shard_intact(self.out.stage, r)}
+        for rec in sorted(shards.values(), key=lambda r: r["index"]):
+            self._emit(_shard_event(rec, reused=True))
+
+        pack = ray.remote(num_cpus=1, max_retries=3)(pack_range)
+        write = ray.remote(num_cpus=1, max_retries=3)(write_shard_task)
+        common = (ray.put(tok_json), info, cfg)
+        curated_dir, parts_ref = str(work / "curated"), ray.put(parts)
+        todo_ranges = [r for r in range(len(bounds)) if r not in ranges]
+        pending: dict[Any, tuple[str, int]] = {}
+        launched_shards: set[int] = set(shards)
+        prefix_ranges, prefix_samples = 0, 0  # ranges [0, prefix_ranges) have known sample counts
+        spp = spec.output.samples_per_shard
+        last_report = 0.0
+
+        due: list[tuple[int, list[tuple[int, int, int]], bool]] = []  # shards whose ranges are all packed
+
+        def queue_shards(final: bool) -> None:
+            counts = [ranges[r]["samples"] for r in range(prefix_ranges)]
+            n_full = prefix_samples // spp
+            wanted = list(range(n_full)) + ([n_full] if final and prefix_samples % spp else [])
+            for s in wanted:
+                if s not in launched_shards:
+                    launched_shards.add(s)
+                    due.append((s, shard_slices(s, spp, counts), final and s == n_full))
+
+        def advance_prefix() -> None:
+            nonlocal prefix_ranges, prefix_samples
+            while prefix_ranges < len(bounds) and prefix_ranges in ranges:
+                prefix_samples += ranges[prefix_ranges]["samples"]
+                prefix_ranges += 1
+            queue_shards(final=prefix_ranges == len(bounds))
+
+        advance_prefix()
+        # at most `par` tasks at a time, shards first as they come due: parallelism means workers
+        while todo_ranges or due or pending:
+            self._check_cancel()
+            while (due or todo_ranges) and len(pending) < par:
+                if due:
+                    s, slices, partial = due.pop(0)
+                    pending[write.remote(s, slices, ranges_dir, cfg, shards_out, partial)] = ("shard", s)
+                else:
+                    r = todo_ranges.pop(0)
+                    lo, hi = bounds[r]
+                    pending[pack.remote(r, lo, hi, curated_dir, parts_ref, *common, ranges_dir)] = ("range", r)
+            self._inflight = list(pending)
+            if not pending:
+                continue
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            for ref in done:
+                kind, idx = pending.pop(ref)
+                rec = self._get(ref)
+                if kind == "range":
+                    ranges[idx] = rec
+                    range_log.append(rec)
+                    advance_prefix()
+                else:
+                    rec["index"] = idx
+                    shards[idx] = rec
+                    shard_log.append(rec)
+                    self._emit(_shard_event(rec, reused=False))
+            if time.monotonic() - last_report >= PROGRESS_EVERY:
+                last_report = time.monotonic()
+                self._write_progress(ranges, curated["docs"])
+        self._inflight = []
+        range_log.close()
+        shard_log.close()
+        self._write_progress(ranges, curated["docs"])
+        return _write_record(spec, [ranges[r] for r in range(len(bounds))],
+                             [shards[s] for s in sorted(shards)], info)
+
+    def _write_progress(self, ranges: dict[int, dict[str, Any]], total_docs: int) -> None:
+        done = sum(r["hi"] - r["lo"] for r in ranges.values())
+        self._emit(ev.PhaseProgress(phase="write", done=done, total=total_docs, unit="docs"))
+
+    def _finalize(self, state: WorkState, curated: dict[str, Any], written: dict[str, Any] | None, par: int,
+                  t_start: float) -> JobResult:
+        import json
+
+        spec, stage = self.spec, self.out.stage
+        self._check_cancel()
+        self.phase = "finalize"
+        self._emit(ev.PhaseChanged(phase="finalize", state="started"))
+        t0 = time.perf_counter()
+        documents = None
+        if spec.output.documents:
+            documents = self._export_documents(curated)
+        manifest = None
+        stats = _stats(spec, curated, written, state, documents, par, time.perf_counter() - t_start)
+        _write_text(stage / STATS, json.dumps(stats, indent=2) + "\n")
+        if written is not None:
+            manifest = _manifest(spec, written)
+            _write_text(stage / MANIFEST, manifest.to_json())
+        self._check_cancel()
+        self.out.commit()
+        _clear(self.out.work)
+        seconds = round(time.perf_counter() - t0, 3)
+        self._emit(ev.PhaseChanged(phase="finalize", state="finished", seconds=seconds))
+        out = stats["output"]
+        self._emit(ev.JobFinished(output=str(self.out.path), shards=out["shards"], samples=out["samples"],
+                                  tokens=out["tokens"], documents=curated["docs"], seconds=stats["seconds"]["total"]))
+        return JobResult(self.out.path, manifest, stats)
+
+    def _export_documents(self, curated: dict[str, Any]) -> dict[str, Any]:
+        """``documents/part-NNNNNN.{parquet,jsonl}``: ``range_docs`` documents each, in ``ord`` order, so
+        the files are the same for any parallelism; listed with checksums in ``documents/index.json``."""
+        import json
+
+        import ray
+
+        from pipeline.output.curated import export_documents, sorted_parts
+        from pipeline.output.parallel_write import range_bounds
+
+        task = ray.remote(num_cpus=1)(export_documents)
+        parts = ray.put(sorted_parts(curated["parts"]))
+        bounds = range_bounds(curated["docs"], self.spec.packing.range_docs)
+        refs = [task.remote(str(self.out.work / "curated"), parts, k, lo, hi, str(self.out.stage / "documents"),
+                            self.spec.output.documents) for k, (lo, hi) in enumerate(bounds)]
+        self._inflight = refs
+        listing = [self._get(r) for r in refs]
+        self._inflight = []
+        index = {"format": 1, "documents": self.spec.output.documents, "rows": sum(p["rows"] for p in listing),
+                 "parts": listing}
+        _write_text(self.out.stage / "documents" / "index.json", json.dumps(index, indent=2) + "\n")
+        return {"format": index["documents"], "parts": len(listing), "rows": index["rows"]}
+
+    # ---- plumbing ----------------------------------------------------------------------------------
+
+    def _start_ray(self) -> bool:
+        from pipeline.job.ray_env import init_ray
+
+        ex = self.spec.execution
+        log_path = self._log_path or str(self.out.private / "job.log")
+        try:
+            return init_ray(ex.address, ex.num_cpus, log_path=log_path)
+        except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+            where = ex.address or "a local Ray node"
+            raise JobError(f"execution.address: cannot connect to {where}: {str(exc).splitlines()[0]}",
+                           "infra") from None
+
+    def _get(self, ref: Any) -> Any:
+        """A task's result; a task's own error becomes a JobError naming what failed."""
+        import ray
+
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            if isinstance(cause, JobError):
+                raise JobError(str(cause), cause.category) from None
+            if isinstance(cause, OSError):
+                raise JobError(describe_os_error(cause, cause.filename), "infra") from None
+            raise JobError(f"{self.phase}: {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}",
+                           "app") from None
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                ray.exceptions.ObjectLostError) as exc:
+            raise JobError(f"{self.phase}: Ray lost a worker: {str(exc).splitlines()[0]}", "infra") from None
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise JobCancelled(f"cancelled during {self.phase or 'start'}")
+
+    def _cancel_inflight(self) -> None:
+        if not self._inflight:
+            return
+        import ray
+
+        for ref in self._inflight:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - finished or already gone
+                pass
+        self._inflight = []
+
+    def _emit(self, event: ev.Event) -> None:
+        with self._emit_lock:
+            if self._events_log is not None:
+                self._events_log.append(ev.to_dict(event), sync=False)
+            for sink in self._sinks:
+                sink(event)
+
+    def _fail(self, exc: JobError) -> JobError:
+        try:
+            self._emit(ev.JobFailed(category=exc.category, message=str(exc), phase=self.phase))
+        except Exception:  # noqa: BLE001 - reporting must not hide the failure
+            pass
+        return exc
+
+
+# ---- records -> outputs ---------------------------------------------------------------------------
+
+
+def _clear(work: Path) -> None:
+    """Empty the work folder (a new job, or one that has been committed)."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+
+
+def _write_text(path: Path, text: str) -> None:
+    from pipeline.job.output_dir import atomic_write_bytes
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _shard_intact(stage: Path, rec: dict[str, Any]) -> bool:
+    """A recorded shard is kept only if its file is there with the recorded size and sha256."""
+    path = stage / rec["name"]
+    try:
+        return path.stat().st_size == rec["bytes"] and sha256_file(path) == rec["sha256"]
+    except OSError:
+        return False
+
+
+def _shard_event(rec: dict[str, Any], reused: bool) -> ev.ShardWritten:
+    return ev.ShardWritten(name=rec["name"], sha256=rec["sha256"], samples=rec["samples"], tokens=rec["tokens"],
+                           writer=rec.get("writer", ""), reused=reused)
+
+
+def _write_record(spec: JobSpec, ranges: list[dict[str, Any]], shards: list[dict[str, Any]], info: Any
+                  ) -> dict[str, Any]:
+    from pipeline.output.parallel_write import merge_packing
+
+    return {
+        "shards": [{k: r[k] for k in ("name", "samples", "tokens", "sha256", "bytes", "partial")} for r in shards],
+        "writers": sorted({r.get("writer", "") for r in shards}),
+        "packing": merge_packing(ranges, spec.packing.seq_len, spec.packing.method),
+        "has_mask": any(r["has_mask"] for r in ranges),
+        "tokenize": {"docs_in": sum(r["hi"] - r["lo"] for r in ranges),
+                     "docs_out": sum(r["hi"] - r["lo"] for r in ranges),
+                     "bytes_in": sum(r["bytes_in"] for r in ranges),
+                     "seconds": round(sum(r["tokenize_seconds"] for r in ranges), 3)},
+        "task_seconds": round(sum(r["seconds"] for r in ranges) + sum(r.get("seconds", 0) for r in shards), 3),
+        "info": {"vocab_size": info.vocab_size, "bos_id": info.bos_id, "eos_id": info.eos_id, "pad_id": info.pad_id,
+                 "add_bos": info.add_bos, "add_eos": info.add_eos, "sha256": info.sha256},
+    }
+
+
+def _manifest(spec: JobSpec, written: dict[str, Any]) -> Manifest:
+    info = written["info"]
+    return Manifest(
+        spec_hash=spec.content_hash(),
+        tokenizer_hash=info["sha256"],
+        seq_len=spec.packing.seq_len,
+        dtype=token_dtype(info["vocab_size"]).name,
+        vocab_size=info["vocab_size"],
+        samples_per_shard=spec.output.samples_per_shard,
+        bos_id=info["bos_id"] if info["add_bos"] else None,
+        eos_id=info["eos_id"] if info["add_eos"] else None,
+        pad_id=info["pad_id"],
+        has_loss_mask=written["has_mask"],
+        shards=[ShardInfo(**s) for s in written["shards"]],
+        extra={"job": spec.name, "packing": written["packing"], "add_bos": info["add_bos"],
+               "add_eos": info["add_eos"]},
+    )
+
+
+def _stats(spec: JobSpec, curated: dict[str, Any], written: dict[str, Any] | None, state: WorkState,
+           documents: dict[str, Any] | None, par: int, total_s: float) -> dict[str, Any]:
+    stages = dict(curated["stages"])
+    seconds = {"curation": curated.get("seconds", 0.0)}
+    output: dict[str, Any] = {"shards": 0, "samples": 0, "tokens": 0}
+    stats: dict[str, Any] = {"job": spec.name}
+    if written is not None:
+        stages["90-tokenize"] = {"docs_in": written["tokenize"]["docs_in"], "docs_out": written["tokenize"]["docs_out"],
+                                 "dropped": {}, "bytes_in": written["tokenize"]["bytes_in"], "bytes_out": 0,
+                                 "seconds": written["tokenize"]["seconds"]}
+        output = {"shards": len(written["shards"]), "samples": sum(s["samples"] for s in written["shards"]),
+                  "tokens": sum(s["tokens"] for s in written["shards"])}
+        seconds["tokenizer"] = state.done("tokenizer")["seconds"]
+        seconds["tokenize_pack_write"] = state.done("write")["seconds"]
+        stats["packing"] = written["packing"]
+        stats["writers"] = len(written["writers"])
+    seconds["total"] = round(total_s, 3)
+    stats["stages"] = [{"stage": k, **v} for k, v in sorted(stages.items())]
+    stats["output"] = output
+    if documents is not None:
+        stats["documents"] = documents
+    stats["seconds"] = seconds
+    write_s = seconds.get("tokenize_pack_write", 0.0)
+    stats["throughput"] = {"docs_per_s": round(curated["docs"] / max(total_s, 1e-9), 1),
+                           "tokens_per_s": round(output["tokens"] / max(write_s, 1e-9), 1) if write_s else 0.0}
+    stats["parallelism"] = par
+    return stats
+
+
+def run_job(spec: JobSpec, on_event: EventSink | None = None) -> JobResult:
+    """Run ``spec`` to the end (the engine behind ``tokenmill run``)."""
+    return Job(spec, on_event=on_event).run()
+
+
+__all__ = ["Job", "JobCancelled", "JobError", "JobResult", "run_job"]

@@ -1,0 +1,132 @@
+"""Curated documents on disk: the curate phase's result, and the ``documents`` output.
+
+The last curation step writes each batch it receives, on the worker that holds it, as one Parquet
+part named by the batch's first ``ord`` (batches arrive in ``ord`` order, so name order is corpus
+order whatever the parallelism). The driver only sees one small row per part. Later phases read
+contiguous row ranges of the corpus (:func:`read_rows`) without loading whole parts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.documents import DOC_FIELDS, text_bytes
+
+#: rows per Parquet row group: what a range read can skip over
+ROW_GROUP = 1024
+PART_SCHEMA = pa.schema([("part", pa.string()), ("rows", pa.int64()), ("first_ord", pa.int64()),
+                         ("bytes", pa.int64()), ("writer", pa.string())])
+
+
+def worker_name() -> str:
+    """``host:pid:node`` of the process running a task (the Ray node id's first 8 hex digits)."""
+    node = "-"
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()[:8]
+    except Exception:  # noqa: BLE001 - a name for reports only
+        pass
+    return f"{os.uname().nodename}:{os.getpid()}:{node}"
+
+
+def write_part(table: pa.Table, folder: str) -> pa.Table:
+    """Ray Data UDF: documents in, one Parquet part per batch written, one row describing it out."""
+    if table.num_rows == 0:
+        return PART_SCHEMA.empty_table()
+    table = table.select(DOC_FIELDS)
+    first = int(table.column("ord")[0].as_py())
+    name = f"part-{first:020d}.parquet"
+    path = Path(folder) / name
+    tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp, row_group_size=ROW_GROUP)
+    os.replace(tmp, path)
+    return pa.table({"part": [name], "rows": [table.num_rows], "first_ord": [first],
+                     "bytes": [text_bytes(table)], "writer": [worker_name()]}, schema=PART_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    rows: int
+    first_ord: int
+
+
+def sorted_parts(records: list[dict[str, Any]]) -> list[Part]:
+    return sorted((Part(r["part"], int(r["rows"]), int(r["first_ord"])) for r in records),
+                  key=lambda p: p.first_ord)
+
+
+def read_rows(folder: str, parts: list[Part], lo: int, hi: int, columns: list[str] | None = None) -> pa.Table:
+    """Rows ``[lo, hi)`` of the corpus (global positions in ``ord`` order), reading only the row
+    groups that hold them."""
+    pieces = []
+    start = 0
+    for part in parts:
+        end = start + part.rows
+        if end > lo and start < hi:
+            a, b = max(lo, start) - start, min(hi, end) - start
+            f = pq.ParquetFile(Path(folder) / part.name)
+            groups, offset, first_group_start = [], 0, None
+            for g in range(f.num_row_groups):
+                n = f.metadata.row_group(g).num_rows
+                if offset + n > a and offset < b:
+                    groups.append(g)
+                    if first_group_start is None:
+                        first_group_start = offset
+                offset += n
+            t = f.read_row_groups(groups, columns=columns)
+            pieces.append(t.slice(a - first_group_start, b - a))
+        start = end
+        if start >= hi:
+            break
+    if not pieces:
+        raise ValueError(f"rows {lo}..{hi} are not in the curated parts")
+    return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+
+
+def sample_texts(folder: str, parts: list[Part], max_docs: int, max_bytes: int) -> list[str]:
+    """The first documents in corpus order, up to a count and a byte budget (tokenizer training)."""
+    texts: list[str] = []
+    size = 0
+    for part in parts:
+        f = pq.ParquetFile(Path(folder) / part.name)
+        for batch in f.iter_batches(batch_size=ROW_GROUP, columns=["text"]):
+            for text in batch.column(0).to_pylist():
+                texts.append(text)
+                size += len(text)
+                if size >= max_bytes or len(texts) >= max_docs:
+                    return texts
+    return texts
+
+
+def export_documents(folder: str, parts: list[Part], k: int, lo: int, hi: int, dest_dir: str,
+                     fmt: str) -> dict[str, Any]:
+    """Write documents ``[lo, hi)`` as ``documents`` part ``k`` (Parquet with the curated schema, or
+    JSONL with ``meta`` as an object); returns its listing entry."""
+    from pipeline.shard_format import sha256_file
+
+    table = read_rows(folder, parts, lo, hi)
+    dest = Path(dest_dir) / f"part-{k:06d}.{fmt}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    if fmt == "parquet":
+        pq.write_table(table, tmp, row_group_size=ROW_GROUP)
+    else:
+        with open(tmp, "w", encoding="utf-8") as out:
+            for row in table.to_pylist():
+                row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
+                if not row.get("segments"):
+                    row.pop("segments", None)
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, dest)
+    return {"name": f"documents/{dest.name}", "rows": table.num_rows, "first_row": lo, "sha256": sha256_file(dest),
+            "bytes": dest.stat().st_size}

@@ -1,0 +1,399 @@
+"""The CLI's live view of a job: the engine's events in, a rate and an ETA per phase out.
+
+Two renderers share one model (:class:`JobView`, fed only by events, so every rate and ETA comes from
+event timestamps and can be tested without a clock or Ray):
+
+- :class:`LiveRenderer`, on a terminal: a `rich <https://rich.readthedocs.io>`_ Live display with one
+  row per phase (bar, count, rate, ETA or elapsed), the stage funnel (documents out of each stage) and
+  the shards written with their tokens/s;
+- :class:`PlainRenderer`, everywhere else (CI, pipes, tests): ``[tokenmill] ...`` lines, phase start and
+  finish, progress at most every ``every`` seconds per phase, one line per shard, warnings on stderr;
+  never an escape code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from pipeline.job import events as ev
+
+PREFIX = "[tokenmill]"
+#: seconds of recent progress a rate is measured over (older progress says little about the ETA)
+RATE_WINDOW = 20.0
+#: words after a phase's count in a progress line
+_VERB = {"curate": "read"}
+
+
+# ---- formatting ---------------------------------------------------------------------------------------
+
+
+def fmt_count(n: int | float) -> str:
+    return f"{int(n):,}"
+
+
+def fmt_rate(x: float) -> str:
+    """3 significant-ish digits with k/M/G: ``3.1k``, ``250k``, ``1.2M``."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= div:
+            v = x / div
+            return f"{v:.1f}{suffix}" if v < 100 else f"{v:.0f}{suffix}"
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def fmt_amount(n: int | float) -> str:
+    """A large amount, short: ``950``, ``61.6k``, ``2.0M``."""
+    return fmt_count(n) if n < 1000 else fmt_rate(n)
+
+
+def fmt_duration(seconds: float) -> str:
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _stage_label(key: str) -> str:
+    """``03-exact_dedup`` -> ``exact_dedup``."""
+    head, sep, tail = key.partition("-")
+    return tail if sep and head.isdigit() else key
+
+
+# ---- the model ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PhaseView:
+    name: str
+    state: str = "pending"  # pending | running | finished | skipped
+    started: float | None = None
+    ended: float | None = None
+    seconds: float | None = None
+    done: int = 0
+    total: int | None = None
+    unit: str = ""
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=256))
+
+    def progress(self, ts: float, done: int, total: int | None, unit: str) -> None:
+        self.done, self.total, self.unit = done, total, unit
+        self.samples.append((ts, done))
+
+    def rate(self) -> float | None:
+        """Units per second over the last :data:`RATE_WINDOW` seconds of progress (since the phase
+        started when only one report is that recent); None before two points in time are known."""
+        if not self.samples:
+            return None
+        t_last, d_last = self.samples[-1]
+        recent = [(t, d) for t, d in self.samples if t >= t_last - RATE_WINDOW]
+        t0, d0 = recent[0]
+        if t0 >= t_last and self.started is not None:
+            t0, d0 = self.started, 0
+        if t_last <= t0:
+            return None
+        return max(0.0, (d_last - d0) / (t_last - t0))
+
+    def eta(self) -> float | None:
+        """Seconds left at the current rate; None without a total or a rate."""
+        rate = self.rate()
+        if self.total is None or not rate:
+            return None
+        return max(0, self.total - self.done) / rate
+
+    def elapsed(self, now: float) -> float:
+        if self.seconds is not None:
+            return self.seconds
+        return max(0.0, now - self.started) if self.started is not None else 0.0
+
+
+class JobView:
+    """What the events have said so far about one job. Thread-safe: events come from the driver's main
+    thread and a progress thread, and a live display reads it from its refresh thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.phases = {p: PhaseView(p) for p in ev.PHASES}
+        self.job: ev.JobStarted | None = None
+        self.stages: dict[str, dict[str, Any]] = {}
+        self.shards = self.shards_reused = self.samples = self.tokens = 0
+        #: tokens of the shards this run wrote (not those kept from an earlier run): for tokens/s
+        self.new_tokens = 0
+        self.writers: set[str] = set()
+        self.now = 0.0
+        self.finished: ev.JobFinished | None = None
+        self.failed: ev.JobFailed | None = None
+        self.cancelling = False
+
+    def apply(self, event: ev.Event) -> None:
+        with self.lock:
+            self.now = max(self.now, event.ts)
+            if isinstance(event, ev.JobStarted):
+                self.job = event
+            elif isinstance(event, ev.PhaseChanged):
+                ph = self.phases.get(event.phase)
+                if ph is None:
+                    return
+                ph.state = event.state
+                if event.state == "started":
+                    ph.started = event.ts
+                else:
+                    ph.ended, ph.seconds = event.ts, event.seconds
+            elif isinstance(event, ev.PhaseProgress):
+                ph = self.phases.get(event.phase)
+                if ph is not None:
+                    ph.progress(event.ts, event.done, event.total, event.unit)
+            elif isinstance(event, ev.StageCounters):
+                self.stages = dict(event.stages)
+            elif isinstance(event, ev.ShardWritten):
+                self.shards += 1
+                self.samples += event.samples
+                self.tokens += event.tokens
+                if event.reused:
+                    self.shards_reused += 1
+                else:
+                    self.new_tokens += event.tokens
+                if event.writer:
+                    self.writers.add(event.writer)
+            elif isinstance(event, ev.JobFinished):
+                self.finished = event
+            elif isinstance(event, ev.JobFailed):
+                self.failed = event
+
+    def funnel(self) -> list[tuple[str, int]]:
+        """(stage, documents out) in stage order: read, then each curation stage."""
+        with self.lock:
+            return [(_stage_label(k), int(v.get("docs_out", 0))) for k, v in sorted(self.stages.items())
+                    if not k.startswith("90-")]
+
+    def tokens_per_s(self) -> float | None:
+        """Tokens of newly written shards per second of the write phase so far."""
+        with self.lock:
+            ph = self.phases["write"]
+            if ph.started is None or not self.new_tokens:
+                return None
+            elapsed = ph.elapsed(self.now)
+            return self.new_tokens / elapsed if elapsed > 0 else None
+
+    def progress_text(self, phase: str) -> str:
+        """``12,345 docs read, 3.1k docs/s`` / ``3/10 ranges (30%), 0.8 ranges/s, ETA 9s``."""
+        with self.lock:
+            ph = self.phases[phase]
+            unit = ph.unit or "items"
+            if ph.total is not None:
+                pct = f" ({ph.done / ph.total:.0%})" if ph.total else ""
+                parts = [f"{fmt_count(ph.done)}/{fmt_count(ph.total)} {unit}{pct}"]
+            else:
+                verb = _VERB.get(phase)
+                parts = [f"{fmt_count(ph.done)} {unit}" + (f" {verb}" if verb else "")]
+            rate = ph.rate()
+            if rate is not None and ph.done:  # no "0.0/s" before anything is done
+                parts.append(f"{fmt_rate(rate)} {unit}/s")
+            eta = ph.eta()
+            if eta is not None and ph.total is not None and ph.done < ph.total:
+                parts.append(f"ETA {fmt_duration(eta)}")
+            return ", ".join(parts)
+
+    def write_text(self) -> str:
+        """``5 shards, 1.2M tokens, 250k tokens/s`` (and how many were kept from an earlier run)."""
+        with self.lock:
+            parts = [f"{fmt_count(self.shards)} shard(s)"]
+            if self.shards_reused:
+                parts[0] += f" ({fmt_count(self.shards_reused)} kept from an earlier run)"
+            parts.append(f"{fmt_amount(self.tokens)} tokens")
+            tps = self.tokens_per_s()
+            if tps is not None:
+                parts.append(f"{fmt_rate(tps)} tokens/s")
+            if len(self.writers) > 1:
+                parts.append(f"{len(self.writers)} writers")
+            return ", ".join(parts)
+
+    def funnel_text(self) -> str:
+        return " > ".join(f"{name} {fmt_count(n)}" for name, n in self.funnel())
+
+    def finished_text(self, phase: str) -> str:
+        """What a finished phase did, for its closing line."""
+        with self.lock:
+            ph = self.phases[phase]
+            text = f"done in {ph.seconds or 0.0:.1f}s"
+            if phase == "curate" and self.stages:
+                funnel = self.funnel()
+                if funnel:
+                    text += f", {fmt_count(funnel[0][1])} docs read, {fmt_count(funnel[-1][1])} kept"
+            elif phase == "write":
+                text += f", {self.write_text()}"
+            return text
+
+
+# ---- renderers ----------------------------------------------------------------------------------------
+
+
+class PlainRenderer:
+    """``[tokenmill] ...`` lines: for logs, pipes and CI. Progress lines are throttled by event time."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, every: float = 5.0) -> None:
+        self._out, self._err = out, err
+        self.every = every
+        self.view = JobView()
+        self._last: dict[str, float] = {}
+
+    # context manager for symmetry with LiveRenderer
+    def __enter__(self) -> PlainRenderer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    @property
+    def out(self) -> TextIO:
+        return self._out or sys.stdout
+
+    @property
+    def err(self) -> TextIO:
+        return self._err or sys.stderr
+
+    def __call__(self, event: ev.Event) -> None:
+        with self.view.lock:
+            self.view.apply(event)
+            for stream, line in self.lines(event):
+                print(f"{PREFIX} {line}", file=stream, flush=True)
+
+    def lines(self, event: ev.Event) -> list[tuple[TextIO, str]]:
+        """The lines ``event`` calls for (after it has been applied to the view)."""
+        v, out = self.view, self.out
+        if isinstance(event, ev.JobStarted):
+            lines = [(out, f"job {event.job}: {event.parallelism} worker(s), output {event.output}")]
+            if event.resumed_phases:
+                lines.append((out, f"resuming: {', '.join(event.resumed_phases)} already done by an earlier run"))
+            return lines
+        if isinstance(event, ev.PhaseChanged):
+            if event.state == "started":
+                self._last[event.phase] = event.ts
+                return [(out, f"{event.phase}: started")]
+            if event.state == "skipped":
+                return [(out, f"{event.phase}: skipped (done by an earlier run)")]
+            return [(out, f"{event.phase}: {v.finished_text(event.phase)}")]
+        if isinstance(event, ev.PhaseProgress):
+            last = self._last.get(event.phase)
+            if last is not None and event.ts - last < self.every:
+                return []
+            self._last[event.phase] = event.ts
+            line = f"{event.phase}: {v.progress_text(event.phase)}"
+            if event.phase == "curate" and v.stages:
+                line += f"; {v.funnel_text()}"
+            elif event.phase == "write":
+                line += f"; {v.write_text()}"
+            return [(out, line)]
+        if isinstance(event, ev.ShardWritten):
+            how = "kept from an earlier run" if event.reused else "written"
+            return [(out, f"shard {event.name} {how} ({fmt_count(event.samples)} samples)")]
+        if isinstance(event, ev.LogLine):
+            if event.level == "info":
+                return [(out, event.message)]
+            return [(self.err, f"{event.level}: {event.message}")]
+        return []  # counters feed the view; the CLI reports the end (summary table) and failures itself
+
+    def cancelling(self) -> None:
+        """Called from a signal handler: one write, no locks (the main thread may hold them)."""
+        _write_fd(self.err, f"{PREFIX} cancelling (press Ctrl-C again to stop at once)\n")
+
+
+class LiveRenderer:
+    """A rich Live display on a terminal: one row per phase, the stage funnel, the shards written."""
+
+    def __init__(self, console: Any = None, refresh_per_second: float = 4.0, verbose: bool = False,
+                 clock: Callable[[], float] | None = None) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = console or Console()
+        self.view = JobView()
+        self._clock = clock or time.time
+        # in verbose mode Ray's Python loggers print to sys.stderr: let rich print them above the display.
+        # Otherwise nothing else prints, and rich must not hold sys.stderr (the Ray log routing rebinds it).
+        self._live = Live(console=self.console, refresh_per_second=refresh_per_second, transient=False,
+                          redirect_stdout=verbose, redirect_stderr=verbose, get_renderable=self.render)
+
+    def __enter__(self) -> LiveRenderer:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.stop()
+
+    def __call__(self, event: ev.Event) -> None:
+        self.view.apply(event)
+        if isinstance(event, ev.LogLine) and event.level != "info":
+            self.console.print(f"[yellow]{event.level}:[/] {event.message}", markup=True, highlight=False)
+        elif isinstance(event, ev.LogLine):
+            self.console.print(event.message, markup=False, highlight=False)
+        elif isinstance(event, ev.JobStarted):
+            note = f", resuming ({', '.join(event.resumed_phases)} done)" if event.resumed_phases else ""
+            self.console.print(f"job {event.job}: {event.parallelism} worker(s), output {event.output}{note}",
+                               markup=False, highlight=False)
+
+    def cancelling(self) -> None:
+        self.view.cancelling = True  # shown at the next refresh; a signal handler must not print here
+
+    def render(self) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        v = self.view
+        now = max(v.now, self._clock())
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(min_width=9)
+        grid.add_column(width=30)
+        grid.add_column()
+        with v.lock:
+            for name, ph in v.phases.items():
+                if ph.state == "pending":
+                    grid.add_row(Text(name, style="dim"), "", Text("waiting", style="dim"))
+                    continue
+                if ph.state in ("finished", "skipped"):
+                    bar = ProgressBar(total=1, completed=1, width=30)
+                    status = ("skipped (done by an earlier run)" if ph.state == "skipped"
+                              else v.finished_text(name))
+                else:
+                    running_total = ph.total if ph.total else None
+                    bar = ProgressBar(total=running_total, completed=ph.done, width=30, pulse=running_total is None)
+                    status = v.progress_text(name) if ph.samples else ""
+                    status = ", ".join(s for s in (status, f"{fmt_duration(ph.elapsed(now))} elapsed") if s)
+                    if name == "write":
+                        status += f"; {v.write_text()}"
+                grid.add_row(Text(name, style="bold"), bar, Text(status))
+            if v.stages:
+                grid.add_row("stages", "", Text(v.funnel_text(), overflow="fold"))
+            if v.cancelling:
+                grid.add_row(Text("cancel", style="bold red"), "", Text("cancelling (Ctrl-C again to stop at once)"))
+        return grid
+
+
+def make_renderer(verbose: bool = False, stream: TextIO | None = None) -> PlainRenderer | LiveRenderer:
+    """The live display on a terminal, plain lines otherwise (``TERM=dumb`` counts as no terminal)."""
+    stream = stream or sys.stdout
+    if _is_tty(stream) and os.environ.get("TERM", "") != "dumb":
+        return LiveRenderer(verbose=verbose)
+    return PlainRenderer()
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _write_fd(stream: TextIO, text: str) -> None:
+    """One ``os.write`` (safe in a signal handler, unlike print on a stream the main thread may be using)."""
+    try:
+        os.write(stream.fileno(), text.encode("utf-8", "replace"))
+    except (AttributeError, OSError, ValueError):  # no file descriptor (a test's StringIO)
+        pass
