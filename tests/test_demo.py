@@ -27,11 +27,21 @@ def demo(tmp_path_factory):
         capture_output=True, text=True, timeout=600, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout
+    return out, proc.stdout, proc.stderr
+
+
+def test_demo_output_holds_no_ray_log_line(demo):
+    """Issue 8, item 6: Ray's own lines go to the job's log, not to the person running `make demo`."""
+    from tests.test_cli_progress import RAY_LOG_LINE
+
+    out, stdout, stderr = demo
+    noisy = [line for line in (stdout + stderr).splitlines() if any(p.search(line) for p in RAY_LOG_LINE)]
+    assert noisy == []
+    assert (out / "output" / ".tokenmill" / "job.log").stat().st_size > 0
 
 
 def test_demo_prints_the_summary(demo):
-    out, stdout = demo
+    out, stdout, _ = demo
     for needle in ("00-read", "01-normalize", "packing     best_fit", "utilization", "tokens in", "shard(s)",
                    "docs/s end to end", "written to"):
         assert needle in stdout, needle
@@ -44,7 +54,7 @@ def test_demo_prints_the_summary(demo):
 def test_best_fit_beats_concat_on_the_demo_corpus(demo):
     from bench.common import read_texts
 
-    out, _ = demo
+    out, _, _ = demo
     texts = read_texts(sorted((out / "corpus").glob("*.jsonl.gz")))
     tok = Tokenizer.from_file(str(out / "output" / "tokenizer.json"))
     enc = DocEncoder(tok, TokenizerInfo.resolve(tok, TokenizerSpec()))

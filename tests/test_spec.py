@@ -164,3 +164,15 @@ def test_cli_unwritable_output_and_unreachable_cluster_exit_2(tmp_path):
         )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert f"error: {field}:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_stage_validator_error_names_the_params_field_cleanly(tmp_path):
+    """Issue 9, case 14: a stage's own model validator (near_dedup: bands without rows) used to print
+    `stages.0.params.: Value error, ...` (empty field, pydantic's prefix left in)."""
+    with pytest.raises(SpecError) as err:
+        parse_spec(_spec(tmp_path, stages=[{"type": "near_dedup", "params": {"bands": 4}}]))
+    assert str(err.value) == "stages.0.params: give both bands and rows, or neither"
+    with pytest.raises(SpecError) as err:
+        parse_spec(_spec(tmp_path, stages=[{"type": "normalize"},
+                                           {"type": "near_dedup", "params": {"bands": 64, "rows": 4}}]))
+    assert str(err.value) == "stages.1.params: bands x rows = 256 exceeds num_perm = 128"

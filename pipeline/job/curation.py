@@ -55,7 +55,9 @@ def curate(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit: Call
             ds = _graph(spec, files, stage_dir, par, recorder)
         except DedupIndexError as exc:
             raise JobError(str(exc), "validation") from None
-        ds = ds.map_batches(write_part, fn_kwargs={"folder": curated_dir}, batch_size=None, batch_format="pyarrow")
+        # no CPU of its own: the stages' actor pools may hold every CPU until their output is consumed
+        ds = ds.map_batches(write_part, fn_kwargs={"folder": curated_dir}, batch_size=None, batch_format="pyarrow",
+                            num_cpus=0, concurrency=par)
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None, prefetch_batches=0):
             check_cancel()
             parts.extend(batch.to_pylist())
