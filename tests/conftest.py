@@ -1,4 +1,8 @@
-"""Shared fixtures. Tests that need Ray use ``ray_local``: one real local node for the session.
+"""Shared fixtures. Tests that need Ray use ``ray_local``: one real local node per test module.
+
+Per module, not per session: a single driver kept for the whole suite (tens of jobs, thousands of
+actors) hung once past ten minutes in Ray itself (actor calls never answered); a fresh node per module
+costs a few seconds and keeps every module independent of the ones before it.
 
 The whole suite runs inside a private network namespace (scripts/netns.sh), where Ray binds loopback.
 """
@@ -10,7 +14,7 @@ import os
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local():
     import ray
 
