@@ -127,8 +127,8 @@ def test_two_nodes_keep_the_same_documents_as_one(ray_local: Any, tmp_path: Path
     from pipeline.spec import load_spec
     from tests.test_job_engine import _events, _spec_file, _tree
 
-    job_spec = _spec_file(tmp_path, "two_nodes", n_docs=1500)
-    Job(load_spec(_spec_file(tmp_path, "one_node", n_docs=1500))).run()
+    job_spec = _spec_file(tmp_path, "two_nodes", n_docs=600)
+    Job(load_spec(_spec_file(tmp_path, "one_node", n_docs=600))).run()
     ray_bin = str(Path(sys.executable).parent / "ray")
     temp = Path(tempfile.mkdtemp(prefix="tm2n-", dir="/tmp"))  # short: Ray's socket paths have a length limit
     token = tmp_path / "token"

@@ -104,6 +104,10 @@ class Job:
             raise self._fail(JobCancelled(f"cancelled during {self.phase or 'start'}")) from None
         except OSError as exc:
             raise self._fail(JobError(describe_os_error(exc, exc.filename), os_error_category(exc))) from None
+        finally:  # after the failure event, which goes to the log too
+            if self._events_log:
+                self._events_log.close()
+                self._events_log = None
 
     # ---- the phases --------------------------------------------------------------------------------
 
@@ -144,8 +148,6 @@ class Job:
                 import ray
 
                 ray.shutdown()
-            if self._events_log:
-                self._events_log.close()
         return result
 
     def _phase(self, name: str, state: WorkState, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
