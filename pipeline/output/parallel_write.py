@@ -15,6 +15,7 @@ stay as they were; the driver handles only counts and file names.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,9 @@ def _encoder(tok_json: str, info: Any, key: str) -> Any:
     """One parsed tokenizer per worker process (a task reuses it across ranges)."""
     enc = _ENCODERS.get(key)
     if enc is None:
+        # Ray gave this task one CPU: tokenizers' own thread pool would take every core of the machine
+        # and the job's workers would fight over them (read when the pool starts, on first use)
+        os.environ.setdefault("RAYON_NUM_THREADS", "1")
         from tokenizers import Tokenizer
 
         from pipeline.tokenize import DocEncoder
