@@ -158,13 +158,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"fill        {manifest.total_tokens / max(1, manifest.total_samples * manifest.seq_len):.2%}")
     print(f"bos/eos/pad {manifest.bos_id}/{manifest.eos_id}/{manifest.pad_id}   loss mask: {manifest.has_loss_mask}")
     print(f"spec        {manifest.spec_hash[:16]}   tokenizer {manifest.tokenizer_hash[:16]}")
-    bad = 0
-    if not args.no_verify:
-        for check in verify_shards(out, manifest):
-            if not check.ok:
-                bad += 1
-                print(f"BAD {check.name}: {check.problem}")
-        print(f"checksums   {len(manifest.shards) - bad}/{len(manifest.shards)} OK")
+    bad = 0 if args.no_verify else _report_checks(verify_shards(out, manifest))
     try:  # every read is bounded and checked: a bad shard set ends in one line naming the shard
         if args.decode:
             decoder = Decoder(out, manifest)
@@ -191,6 +185,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _report_checks(checks: list[Any]) -> int:
+    """Print each failed checksum and the tally; returns how many failed."""
+    bad = [c for c in checks if not c.ok]
+    for check in bad:
+        print(f"BAD {check.name}: {check.problem}")
+    print(f"checksums   {len(checks) - len(bad)}/{len(checks)} OK")
+    return len(bad)
+
+
 def _inspect_documents(out: Path, args: argparse.Namespace) -> int:
     """A documents-only output (``tokenizer: null``): its listing, checksums, the first documents."""
     from pipeline.output.inspect import iter_documents, load_documents_index, verify_documents
@@ -198,13 +201,7 @@ def _inspect_documents(out: Path, args: argparse.Namespace) -> int:
     try:
         index = load_documents_index(out)
         print(f"documents   {out}: {index.rows} in {len(index.parts)} {index.format} part(s)")
-        bad = 0
-        if not args.no_verify:
-            for check in verify_documents(out, index):
-                if not check.ok:
-                    bad += 1
-                    print(f"BAD {check.name}: {check.problem}")
-            print(f"checksums   {len(index.parts) - bad}/{len(index.parts)} OK")
+        bad = 0 if args.no_verify else _report_checks(verify_documents(out, index))
         for n, doc in enumerate(iter_documents(out, index) if args.decode else ()):
             if n >= args.decode:
                 break

@@ -124,11 +124,6 @@ class WorkState:
         self.phases[phase] = record
         self.save()
 
-    def forget(self, *phases: str) -> None:
-        for phase in phases:
-            self.phases.pop(phase, None)
-        self.save()
-
     def save(self) -> None:
         write_json_atomic(self.work / STATE,
                           {"format": STATE_FORMAT, "spec_hash": self.spec_hash, "phases": self.phases})
