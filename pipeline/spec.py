@@ -18,7 +18,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-InputFormat = Literal["auto", "jsonl", "parquet", "text", "warc", "instruction", "chat"]
+#: ``documents``: a tokenmill ``documents`` output (its parts, Parquet or JSONL), read with ids and ``meta`` as
+#: they were, so a later job can act on what an earlier one annotated (``stored_filters``)
+InputFormat = Literal["auto", "jsonl", "parquet", "text", "warc", "instruction", "chat", "documents"]
 
 
 class Strict(BaseModel):
@@ -73,6 +75,9 @@ class OutputSpec(Strict):
     overwrite: bool = False
     #: also write the kept documents (text, metadata, annotations) in ``ord`` order under ``documents/``
     documents: Literal["parquet", "jsonl"] | None = None
+    #: a ``meta`` field (``lang`` after the ``lid`` stage): one shard set per value, in ``OUT/<value>/``
+    #: (manifest, tokenizer, shards), sharing one tokenizer; see pipeline/output/groups.py
+    split_by: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 class ExecutionSpec(Strict):

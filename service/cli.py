@@ -248,15 +248,33 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="end with one JSON line")
     i.set_defaults(func=cmd_inspect)
 
-    sub.add_parser("plan", help="compute-optimal sizes, memory and cost (see `tokenmill plan -h`)", add_help=False)
-    sub.add_parser("train", help="train on a shard set (see `tokenmill train -h`)", add_help=False)
+    for name, (_, help_) in DELEGATES.items():
+        sub.add_parser(name, help=f"{help_} (see `tokenmill {name} -h`)", add_help=False)
     return p
+
+
+#: commands whose module parses its own arguments: name -> (module with ``main(argv) -> int``, help)
+DELEGATES: dict[str, tuple[str, str]] = {
+    "plan": ("training.plan", "compute-optimal sizes, memory and cost"),
+    "train": ("training.train", "train on a shard set"),
+    "report": ("pipeline.filters.report", "what each filter would drop, from an annotate-mode output"),
+    "train-classifier": ("pipeline.filters.train_classifier", "train a fastText quality or language classifier"),
+    "contamination-report": ("pipeline.decontam.report", "check a corpus or a shard set against benchmarks"),
+    "serve": ("service.commands.serve", "run the control plane: REST API and job runner"),
+    "submit": ("service.commands.submit", "submit a job spec to a tokenmill server"),
+    "status": ("service.commands.status", "a job's state and figures, or the latest jobs"),
+    "follow": ("service.commands.follow", "follow a job's events to its end"),
+    "logs": ("service.commands.logs", "a job's log"),
+    "cancel": ("service.commands.cancel", "cancel a job"),
+    "retry": ("service.commands.retry", "resume a failed or cancelled job"),
+    "apikey": ("service.commands.apikey", "create, list or revoke API keys"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("plan", "train"):
-        return cmd_delegate(f"training.{argv[0]}", argv[1:])
+    if argv and argv[0] in DELEGATES:
+        return cmd_delegate(DELEGATES[argv[0]][0], argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -214,3 +214,31 @@ def test_dedup_stages_keep_shards_identical_across_parallelism(ray_local, corpus
     # the originals (smallest ord) are the ones kept
     kept = set(decode_documents(runs[0].output_dir).values())
     assert kept == {unicodedata.normalize("NFC", d["text"]).strip() for d in docs}
+
+
+def test_split_by_language_writes_one_shard_set_per_value(ray_local, tmp_path):
+    """output.split_by: OUT/<value>/ holds a complete shard set of exactly that value's documents, in order;
+    a missing or reserved value goes to _unknown, so no document is lost."""
+    import random
+
+    rng = random.Random(11)
+    langs = ["en", "de", "fr", None, "documents"]
+    docs = [{"id": f"d{i}", "text": make_text(rng, rng.choice([10, 40, 120])), **(
+        {"lang": lang} if (lang := langs[i % len(langs)]) else {})} for i in range(250)]
+    write_jsonl(tmp_path / "in.jsonl", docs)
+    result = run_job(_spec(str(tmp_path / "in.jsonl"), tmp_path / "out", output={
+        "path": str(tmp_path / "out"), "samples_per_shard": 8, "split_by": "lang"},
+        execution={"batch_size": 32, "parallelism": 2}))
+    out = result.output_dir
+    stats = json.loads((out / "stats.json").read_text())
+    assert sorted(stats["groups"]) == ["_unknown", "de", "en", "fr"]
+    assert not (out / "manifest.json").exists() and not (out / "documents").exists()
+    for group in stats["groups"]:
+        want = [d["text"] for d in docs if (d.get("lang") if d.get("lang") in ("en", "de", "fr") else "_unknown")
+                == group]
+        assert all(c.ok for c in verify_shards(out / group))
+        back = decode_documents(out / group)
+        assert [back[k] for k in sorted(back)] == want
+        assert stats["groups"][group]["documents"] == len(want)
+        assert Manifest.load(out / group).tokenizer_hash == Manifest.load(out / "de").tokenizer_hash
+    assert stats["output"]["shards"] == sum(len(Manifest.load(out / g).shards) for g in stats["groups"])

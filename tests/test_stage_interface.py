@@ -77,9 +77,9 @@ def test_annotate_mode_keeps_everything_and_writes_the_verdict_to_meta():
     out = run_batch(length(min_chars=3, max_chars=5, mode="annotate"), batch)
     assert out.drops == [] and [d["text"] for d in out.kept] == ["ab", "abcd", "abcdefgh"]
     assert [d["meta"] for d in out.kept] == [
-        {"tag": 0, "filters": {"length": {"keep": False, "reason": "too_short", "scores": {"chars": 2}}}},
-        {"tag": 1, "filters": {"length": {"keep": True, "reason": None, "scores": {"chars": 4}}}},
-        {"tag": 2, "filters": {"length": {"keep": False, "reason": "too_long", "scores": {"chars": 8}}}},
+        {"tag": 0, "filters": {"length": {"keep": False, "reason": "too_short", "scores": {"chars": 2}, "at": 1}}},
+        {"tag": 1, "filters": {"length": {"keep": True, "reason": None, "scores": {"chars": 4}, "at": 1}}},
+        {"tag": 2, "filters": {"length": {"keep": False, "reason": "too_long", "scores": {"chars": 8}, "at": 1}}},
     ]
     assert out.metrics.counters == {"would_drop:too_short": 1, "would_drop:too_long": 1}
 
@@ -303,5 +303,6 @@ def test_annotate_mode_job_keeps_every_document_and_counts_would_be_drops(ray_lo
     for d in kept:
         n = lengths[d["meta"]["tag"]]
         reason = "too_short" if n < 50 else "too_long" if n > 500 else None
-        assert d["meta"]["filters"] == {"length": {"keep": reason is None, "reason": reason, "scores": {"chars": n}}}
+        assert d["meta"]["filters"] == {"length": {"keep": reason is None, "reason": reason, "scores": {"chars": n},
+                                                   "at": 1}}
 

@@ -72,7 +72,7 @@ def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Calla
     import ray
     from ray.data import ActorPoolStrategy
 
-    from pipeline.job.udfs import BatchStageRunner, ReadFiles
+    from pipeline.job.udfs import BatchStageRunner, ReadFiles, StageChain
     from pipeline.stages import DatasetStage, StageContext, stage_class
 
     ds = ray.data.from_items(
@@ -83,23 +83,38 @@ def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Calla
         ReadFiles, fn_constructor_args=(recorder(READ_KEY),), batch_size=1, batch_format="pyarrow",
         compute=ActorPoolStrategy(size=min(par, max(1, len(files)))),
     )
+    chain: list[tuple[Any, ...]] = []  # consecutive batch stages that ask for the same resources: one operator
+    chain_resources: dict[str, float] | None = None
+
+    def flush(ds: Any) -> Any:
+        nonlocal chain, chain_resources
+        if chain:
+            ds = ds.map_batches(
+                StageChain, fn_constructor_args=(chain,), batch_size=spec.execution.batch_size,
+                batch_format="pyarrow", compute=ActorPoolStrategy(size=par), **_ray_resources(chain_resources or {}),
+            )
+        chain, chain_resources = [], None
+        return ds
+
     for i, stage_spec in enumerate(spec.stages, start=1):
         cls = stage_class(stage_spec.type)
         params = spec.stage_params(i - 1)
         ctx = StageContext(spec.name, stage_dir, i, str(Path(stage_dir) / "index"), spec.execution.seed)
         key = f"{i:02d}-{cls.name}"
         if isinstance(cls, type) and issubclass(cls, DatasetStage):
-            ds = cls(params, ctx).apply(ds, recorder(key))
-            if cls.reorders:
-                ds = ds.sort("ord")
+            ds = _apply(cls, params, ctx, flush(ds), recorder(key))
         else:
-            ds = ds.map_batches(
-                BatchStageRunner,
-                fn_constructor_args=BatchStageRunner.constructor_args(cls, params, ctx, recorder(key)),  # prepare()
-                batch_size=spec.execution.batch_size, batch_format="pyarrow",
-                compute=ActorPoolStrategy(size=par), **_ray_resources(cls.resources),
-            )
-    return ds
+            if chain and cls.resources != chain_resources:
+                ds = flush(ds)
+            chain_resources = dict(cls.resources)
+            chain.append(BatchStageRunner.constructor_args(cls, params, ctx, recorder(key)))  # prepare(), once
+    return flush(ds)
+
+
+def _apply(cls: Any, params: Any, ctx: Any, ds: Any, rec: Any) -> Any:
+    """A dataset stage (dedup) on the whole dataset, then back in ``ord`` order if it reorders."""
+    ds = cls(params, ctx).apply(ds, rec)
+    return ds.sort("ord") if cls.reorders else ds
 
 
 class _CounterReporter:

@@ -169,18 +169,39 @@ class Job:
         from pipeline.job.curation import curate
 
         work = self.out.work
-        for folder in (work / "curated", self.out.stage / "rejected", self.out.stage / "index"):
+        for folder in (work / "curated", work / "groups", self.out.stage / "rejected", self.out.stage / "index"):
             shutil.rmtree(folder, ignore_errors=True)
         (work / "curated").mkdir(parents=True)
-        return curate(self.spec, str(work / "curated"), str(self.out.stage), par, self._emit, self._check_cancel)
+        record = curate(self.spec, str(work / "curated"), str(self.out.stage), par, self._emit, self._check_cancel)
+        if self.spec.output.split_by and record["docs"]:
+            record["groups"] = self._split(record)
+        return record
+
+    def _split(self, curated: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """``output.split_by``: the curated parts split by a meta field, on the workers (pipeline/output/groups.py)."""
+        import ray
+
+        from pipeline.output.curated import sorted_parts
+        from pipeline.output.groups import collect_groups, split_part
+
+        task = ray.remote(num_cpus=1, max_retries=3)(split_part)
+        dest = self.out.work / "groups"
+        refs = [task.remote(str(self.out.work / "curated"), part, self.spec.output.split_by, str(dest))
+                for part in sorted_parts(curated["parts"])]
+        self._inflight = refs
+        records = [self._get(r) for r in refs]
+        self._inflight = []
+        return collect_groups(records)
 
     def _tokenizer(self, state: WorkState, curated: dict[str, Any]) -> dict[str, Any]:
         import ray
 
         from pipeline.job.curation import make_tokenizer
 
-        # trained on a worker: the driver never holds the corpus sample
-        task = ray.remote(num_cpus=1, max_retries=1)(make_tokenizer)
+        # trained on a worker: the driver never holds the corpus sample. max_calls=1: the worker exits after,
+        # taking the tokenizers thread pool (every core) with it, so no pack task later runs in a worker
+        # whose pool is wider than the one CPU Ray gave it
+        task = ray.remote(num_cpus=1, max_retries=1, max_calls=1)(make_tokenizer)
         ref = task.remote(self.spec, str(self.out.work / "curated"), curated["parts"])
         self._inflight = [ref]
         tok_json, info = self._get(ref)
@@ -189,18 +210,8 @@ class Job:
         return {"sha256": info.sha256, "vocab_size": info.vocab_size}
 
     def _write(self, state: WorkState, curated: dict[str, Any], tok_rec: dict[str, Any], par: int) -> dict[str, Any]:
-        import ray
-
         from pipeline.job.curation import tokenizer_info
-        from pipeline.output.curated import sorted_parts
-        from pipeline.output.parallel_write import (
-            PackConfig,
-            pack_range,
-            range_bounds,
-            range_file,
-            shard_slices,
-            write_shard_task,
-        )
+        from pipeline.output.parallel_write import PackConfig
 
         spec, work = self.spec, self.out.work
         tok_json = (self.out.stage / TOKENIZER).read_text(encoding="utf-8")
@@ -209,19 +220,49 @@ class Job:
             raise JobError(f"{self.out.stage / TOKENIZER} changed since the tokenizer phase; pass --overwrite", "app")
         cfg = PackConfig(spec.packing.seq_len, spec.packing.method, spec.packing.max_open,
                          token_dtype(info.vocab_size).name, spec.output.samples_per_shard)
-        parts = sorted_parts(curated["parts"])
-        bounds = range_bounds(curated["docs"], spec.packing.range_docs)
-        ranges_dir, shards_out = str(work / "ranges"), str(self.out.stage)
+        groups = curated.get("groups")
+        if groups is None:
+            return self._write_group(work / "curated", curated["parts"], curated["docs"], work, self.out.stage,
+                                     tok_json, info, cfg, par, 0, curated["docs"])
+        written, before = {}, 0
+        for name, group in groups.items():  # one shard set per group, each packed as a whole corpus would be
+            written[name] = self._write_group(work / "groups" / name, group["parts"], group["docs"],
+                                              work / "split" / name, self.out.stage / name, tok_json, info, cfg,
+                                              par, before, curated["docs"])
+            before += group["docs"]
+        return {"groups": written}
+
+    def _write_group(self, curated_dir: Path, parts_rec: list[dict[str, Any]], n_docs: int, work: Path,
+                     stage: Path, tok_json: str, info: Any, cfg: Any, par: int, done_before: int,
+                     total_docs: int) -> dict[str, Any]:
+        """Pack and write one shard set: the documents of ``curated_dir`` into ``stage/shards``; ranges and
+        shards are recorded under ``work`` as they finish (what a rerun keeps)."""
+        import ray
+
+        from pipeline.output.curated import sorted_parts
+        from pipeline.output.parallel_write import (
+            pack_range,
+            range_bounds,
+            range_file,
+            shard_slices,
+            write_shard_task,
+        )
+
+        spec = self.spec
+        work.mkdir(parents=True, exist_ok=True)
+        parts = sorted_parts(parts_rec)
+        bounds = range_bounds(n_docs, spec.packing.range_docs)
+        ranges_dir, shards_out = str(work / "ranges"), str(stage)
         range_log, shard_log = JsonlLog(work / RANGES), JsonlLog(work / SHARDS)
         ranges = {r["range"]: r for r in read_jsonl(work / RANGES) if range_file(ranges_dir, r["range"]).exists()}
-        shards = {r["index"]: r for r in read_jsonl(work / SHARDS) if _shard_intact(self.out.stage, r)}
+        shards = {r["index"]: r for r in read_jsonl(work / SHARDS) if _shard_intact(stage, r)}
         for rec in sorted(shards.values(), key=lambda r: r["index"]):
-            self._emit(_shard_event(rec, reused=True))
+            self._emit(_shard_event(rec, reused=True, group=stage.relative_to(self.out.stage).as_posix()))
 
         pack = ray.remote(num_cpus=1, max_retries=3)(pack_range)
         write = ray.remote(num_cpus=1, max_retries=3)(write_shard_task)
         common = (ray.put(tok_json), info, cfg)
-        curated_dir, parts_ref = str(work / "curated"), ray.put(parts)
+        curated_dir, parts_ref = str(curated_dir), ray.put(parts)
         todo_ranges = [r for r in range(len(bounds)) if r not in ranges]
         pending: dict[Any, tuple[str, int]] = {}
         launched_shards: set[int] = set(shards)
@@ -274,19 +315,19 @@ class Job:
                     rec["index"] = idx
                     shards[idx] = rec
                     shard_log.append(rec)
-                    self._emit(_shard_event(rec, reused=False))
+                    self._emit(_shard_event(rec, reused=False, group=stage.relative_to(self.out.stage).as_posix()))
             if time.monotonic() - last_report >= PROGRESS_EVERY:
                 last_report = time.monotonic()
-                self._write_progress(ranges, curated["docs"])
+                self._write_progress(ranges, done_before, total_docs)
         self._inflight = []
         range_log.close()
         shard_log.close()
-        self._write_progress(ranges, curated["docs"])
+        self._write_progress(ranges, done_before, total_docs)
         return _write_record(spec, [ranges[r] for r in range(len(bounds))],
                              [shards[s] for s in sorted(shards)], info)
 
-    def _write_progress(self, ranges: dict[int, dict[str, Any]], total_docs: int) -> None:
-        done = sum(r["hi"] - r["lo"] for r in ranges.values())
+    def _write_progress(self, ranges: dict[int, dict[str, Any]], done_before: int, total_docs: int) -> None:
+        done = done_before + sum(r["hi"] - r["lo"] for r in ranges.values())
         self._emit(ev.PhaseProgress(phase="write", done=done, total=total_docs, unit="docs"))
 
     def _finalize(self, state: WorkState, curated: dict[str, Any], written: dict[str, Any] | None, par: int,
@@ -304,7 +345,12 @@ class Job:
         manifest = None
         stats = _stats(spec, curated, written, state, documents, par, time.perf_counter() - t_start)
         _write_text(stage / STATS, json.dumps(stats, indent=2) + "\n")
-        if written is not None:
+        if written is not None and "groups" in written:  # output.split_by: a shard set per group
+            tok_text = (stage / TOKENIZER).read_text(encoding="utf-8")
+            for name, rec in written["groups"].items():
+                _write_text(stage / name / MANIFEST, _manifest(spec, rec).to_json())
+                _write_text(stage / name / TOKENIZER, tok_text)
+        elif written is not None:
             manifest = _manifest(spec, written)
             _write_text(stage / MANIFEST, manifest.to_json())
         self._check_cancel()
@@ -429,8 +475,9 @@ def _shard_intact(stage: Path, rec: dict[str, Any]) -> bool:
         return False
 
 
-def _shard_event(rec: dict[str, Any], reused: bool) -> ev.ShardWritten:
-    return ev.ShardWritten(name=rec["name"], sha256=rec["sha256"], samples=rec["samples"], tokens=rec["tokens"],
+def _shard_event(rec: dict[str, Any], reused: bool, group: str = ".") -> ev.ShardWritten:
+    name = rec["name"] if group == "." else f"{group}/{rec['name']}"  # a path below the output folder
+    return ev.ShardWritten(name=name, sha256=rec["sha256"], samples=rec["samples"], tokens=rec["tokens"],
                            writer=rec.get("writer", ""), reused=reused)
 
 
@@ -451,6 +498,18 @@ def _write_record(spec: JobSpec, ranges: list[dict[str, Any]], shards: list[dict
         "info": {"vocab_size": info.vocab_size, "bos_id": info.bos_id, "eos_id": info.eos_id, "pad_id": info.pad_id,
                  "add_bos": info.add_bos, "add_eos": info.add_eos, "sha256": info.sha256},
     }
+
+
+def _merge_written(spec: JobSpec, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The write records of every group as one, for the job's totals in stats.json."""
+    from pipeline.output.parallel_write import merge_packing
+
+    packing = merge_packing([{"packing": r["packing"]} for r in records], spec.packing.seq_len, spec.packing.method)
+    packing["ranges"] = sum(r["packing"]["ranges"] for r in records)
+    tokenize = {k: sum(r["tokenize"][k] for r in records) for k in ("docs_in", "docs_out", "bytes_in")}
+    tokenize["seconds"] = round(sum(r["tokenize"]["seconds"] for r in records), 3)
+    return {"shards": [s for r in records for s in r["shards"]], "packing": packing, "tokenize": tokenize,
+            "writers": sorted({w for r in records for w in r["writers"]})}
 
 
 def _manifest(spec: JobSpec, written: dict[str, Any]) -> Manifest:
@@ -478,6 +537,13 @@ def _stats(spec: JobSpec, curated: dict[str, Any], written: dict[str, Any] | Non
     seconds = {"curation": curated.get("seconds", 0.0)}
     output: dict[str, Any] = {"shards": 0, "samples": 0, "tokens": 0}
     stats: dict[str, Any] = {"job": spec.name}
+    if written is not None and "groups" in written:
+        groups = written["groups"]
+        stats["groups"] = {name: {"documents": curated["groups"][name]["docs"], "shards": len(rec["shards"]),
+                                  "samples": sum(s["samples"] for s in rec["shards"]),
+                                  "tokens": sum(s["tokens"] for s in rec["shards"]), "packing": rec["packing"]}
+                           for name, rec in groups.items()}
+        written = _merge_written(spec, list(groups.values()))
     if written is not None:
         stages["90-tokenize"] = {"docs_in": written["tokenize"]["docs_in"], "docs_out": written["tokenize"]["docs_out"],
                                  "dropped": {}, "bytes_in": written["tokenize"]["bytes_in"], "bytes_out": 0,

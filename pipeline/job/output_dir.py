@@ -2,7 +2,9 @@
 the old one without losing anything if it fails half-way.
 
 Layout. ``OUT`` is ``output.path``. Published names: ``manifest.json``, ``stats.json``, ``tokenizer.json``,
-``shards/``, ``rejected/``, ``index/``, ``documents/``. tokenmill's private area is ``OUT/.tokenmill/``:
+``shards/``, ``rejected/``, ``index/``, ``documents/``, and with ``output.split_by`` one folder per group
+holding ``manifest.json``, ``tokenizer.json`` and ``shards/`` (``OUT/de/...``). tokenmill's private area
+is ``OUT/.tokenmill/``:
 
 - ``marker.json``: ``{"tool": "tokenmill", "format": 1, "created": ISO time, "files": [...]}``, ``files``
   being the relative path of every file the last commit published;
@@ -51,6 +53,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
@@ -61,6 +64,10 @@ from typing import Any
 PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json")
 PUBLISHED_FOLDERS = ("shards", "rejected", "index", "documents")
 PUBLISHED = PUBLISHED_FILES + PUBLISHED_FOLDERS
+#: ``output.split_by``: one shard set per group in ``OUT/<group>/`` (pipeline/output/groups.py)
+GROUP_FILES = ("manifest.json", "tokenizer.json")
+GROUP_FOLDERS = ("shards",)
+_GROUP = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 PRIVATE = ".tokenmill"
 MARKER_FORMAT = 1
 GLOB_CHARS = "*?["
@@ -155,11 +162,21 @@ def _check_rel(rel: Any) -> str:
     parts = rel.split("/")
     if any(part in ("", ".", "..") for part in parts) or "\\" in rel or "\0" in rel:
         raise _BadRecord(f"{rel!r} is not a plain relative path")
-    top = parts[0]
-    if not ((top in PUBLISHED_FILES and len(parts) == 1) or (top in PUBLISHED_FOLDERS and len(parts) > 1)):
+    if not (_in_layout(parts) or (_GROUP.fullmatch(parts[0]) and parts[0] not in PUBLISHED
+                                  and _in_layout(parts[1:], GROUP_FILES, GROUP_FOLDERS))):
         raise _BadRecord(f"{rel!r} is not a published name (files {', '.join(PUBLISHED_FILES)}; "
-                         f"folders {', '.join(PUBLISHED_FOLDERS)})")
+                         f"folders {', '.join(PUBLISHED_FOLDERS)}; a group's {', '.join(GROUP_FILES)}, shards/)")
     return rel
+
+
+def _in_layout(parts: list[str], files: tuple[str, ...] = PUBLISHED_FILES,
+               folders: tuple[str, ...] = PUBLISHED_FOLDERS) -> bool:
+    return bool(parts) and ((parts[0] in files and len(parts) == 1) or (parts[0] in folders and len(parts) > 1))
+
+
+def is_manifest(rel: str) -> bool:
+    """The shard set's ``manifest.json`` or a group's (``de/manifest.json``): out first, in last."""
+    return rel == "manifest.json" or (rel.count("/") == 1 and rel.endswith("/manifest.json"))
 
 
 def _check_rel_list(value: Any, what: str) -> list[str]:
@@ -289,7 +306,7 @@ class OutputDir:
             return
         if overwrite:
             return
-        if (self.path / "manifest.json").exists():
+        if any(is_manifest(rel) for rel in marker["files"]) or (self.path / "manifest.json").exists():
             raise OutputError(f"output.path: {self.path} already holds a shard set (manifest.json); pass "
                               "--overwrite (or set output.overwrite: true) to replace it")
         if marker["files"]:  # e.g. a documents-only job's documents/ and stats.json
@@ -485,15 +502,17 @@ class OutputDir:
         try:
             # 1-2. The old manifest first, then the old files. A name in both sets whose staged file is
             # already gone was moved in by an interrupted call: it is the new file, keep it.
-            for rel in sorted(old, key=lambda r: r != "manifest.json"):
+            for rel in sorted(old, key=lambda r: not is_manifest(r)):
                 if rel not in new or os.path.lexists(stage / rel):
                     self._discard(rel)
-            # 3. Every staged file into place, the manifest last (5) after the marker (4).
+            # 3. Every staged file into place, the manifests last (5) after the marker (4).
             for rel in journal["new"]:
-                if rel != "manifest.json":
+                if not is_manifest(rel):
                     self._place(stage, rel)
             self._write_marker(journal["new"], journal["created"])
-            self._place(stage, "manifest.json")  # if any: a documents-only job publishes none
+            for rel in journal["new"]:  # if any: a documents-only job publishes none
+                if is_manifest(rel):
+                    self._place(stage, rel)
             _fsync_dir(self.path)
             # 6. Clean up: trash, the folders the old files leave empty, the emptied stage, the journal.
             shutil.rmtree(self.trash, ignore_errors=True)

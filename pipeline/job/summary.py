@@ -25,6 +25,9 @@ def format_summary(stats: dict[str, Any], output_dir: str | Path) -> str:
             f"utilization {p['utilization']:.2%}, documents cut {p['docs_cut']}/{p['docs']} ({p['cut_fraction']:.2%})",
             f"output      {o['tokens']} tokens in {o['samples']} samples, {o['shards']} shard(s){writers}",
         ]
+    for name, g in (stats.get("groups") or {}).items():  # output.split_by: one shard set per group
+        lines.append(f"  {name + '/':<10}{g['documents']} docs -> {g['tokens']} tokens in {g['samples']} samples, "
+                     f"{g['shards']} shard(s), utilization {g['packing']['utilization']:.2%}")
     docs = stats.get("documents")
     if docs:
         lines.append(f"documents   {docs['rows']} curated documents as {docs['format']} in {docs['parts']} part(s)")
@@ -32,6 +35,8 @@ def format_summary(stats: dict[str, Any], output_dir: str | Path) -> str:
     if p:
         through += f", {t['tokens_per_s']:.0f} tokens/s tokenize+pack+write"
     lines.append(through)
-    hint = f"  (inspect: tokenmill inspect {output_dir} --decode 2)" if p else ""
+    first = next(iter(stats.get("groups") or {}), None)
+    target = Path(output_dir) / first if first else output_dir
+    hint = f"  (inspect: tokenmill inspect {target} --decode 2)" if p else ""
     lines.append(f"written to  {Path(output_dir).resolve()}{hint}")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Ray-side wrappers: run a reader or a batch stage inside Ray workers and count what it does.
+"""Ray-side wrappers: run a reader or a chain of batch stages inside Ray workers and count what each does.
 
 The base class, not each stage, collects docs in/out, drops per reason, bytes and seconds, the
 stage's own counters and scores, and writes dropped documents to ``rejected/``: a stage only decides
@@ -88,16 +88,45 @@ class BatchStageRunner:
         return (stage_cls, params.model_dump_json(), ctx, recorder, (ref,))
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        docs, _ = self.run_docs(table_to_docs(table), text_bytes(table))
+        return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
+
+    def run_docs(self, docs: list[dict[str, Any]], size_in: int) -> tuple[list[dict[str, Any]], int]:
+        """Run the stage on one batch of documents and record what it did; returns the kept ones and their
+        UTF-8 size (the next stage's ``bytes_in``)."""
         t0 = time.perf_counter()
-        result = run_batch(self.stage, table_to_docs(table))
+        n_in = len(docs)
+        result = run_batch(self.stage, docs)
         dropped = Counter(d.reason for d in result.drops)
-        out = docs_to_table(result.kept) if result.kept else DOC_SCHEMA.empty_table()
+        size_out = sum(len(d["text"].encode("utf-8")) for d in result.kept)
         self.recorder.rejects([reject_row(d.doc, d.reason, d.detail) for d in result.drops])
         self.recorder.counts(
-            docs_in=table.num_rows, docs_out=len(result.kept), dropped=dict(dropped), bytes_in=text_bytes(table),
-            bytes_out=text_bytes(out), seconds=time.perf_counter() - t0, metrics=result.metrics or None,
+            docs_in=n_in, docs_out=len(result.kept), dropped=dict(dropped), bytes_in=size_in, bytes_out=size_out,
+            seconds=time.perf_counter() - t0, metrics=result.metrics or None,
         )
-        return out
+        return result.kept, size_out
+
+
+class StageChain:
+    """Ray Data UDF (one actor pool) running consecutive batch stages on each batch, in spec order.
+
+    One operator for a run of stages, not one per stage: a batch is converted from Arrow once, not once per
+    stage, crosses the object store once, and a spec with ten filters needs one pool of workers instead of ten
+    (ten pools of ``parallelism`` actors each would ask a small node for more CPUs than it has and stall).
+    Each stage still gets its own counters, seconds, drops and ``rejected/`` rows, as if it ran alone.
+    """
+
+    def __init__(self, links: list[tuple[Any, ...]]):
+        self.runners = [BatchStageRunner(*args) for args in links]
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        docs = table_to_docs(table)
+        size = text_bytes(table)
+        for runner in self.runners:
+            if not docs:
+                break
+            docs, size = runner.run_docs(docs, size)
+        return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
 
 class TokenizeBatch:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from pipeline.documents import Doc, Drop
 from pipeline.readers.docs import RECORD_BITS, drop, error_text
+from pipeline.readers.documents_output import read_documents
 from pipeline.readers.jsonl import read_jsonl
 from pipeline.readers.parquet import read_parquet
 from pipeline.readers.paths import detect_format, expand_inputs, source_name
@@ -58,6 +59,8 @@ def _reader(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) ->
         return read_sft(file_index, path, name, spec, fmt)
     if fmt == "parquet":
         return read_parquet(file_index, path, name, spec)
+    if fmt == "documents":
+        return read_documents(file_index, path, name, spec)
     if fmt == "warc":
         return read_warc(file_index, path, name)
     if fmt == "text":

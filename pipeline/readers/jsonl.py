@@ -8,7 +8,7 @@ count but yield nothing. A cut or corrupt compressed file yields what was readab
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pipeline.documents import Doc, Drop
@@ -76,9 +76,11 @@ def record_doc(
     return make_doc(doc_id, text, name, make_ord(file_index, record_index), meta)
 
 
-def read_jsonl(file_index: int, path: str, name: str, spec: InputSpec) -> Iterator[Doc | Drop]:
+def read_jsonl(
+    file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., Doc | Drop] = record_doc
+) -> Iterator[Doc | Drop]:
     for item in iter_records(file_index, path, name):
         if isinstance(item, Drop):
             yield item
         else:
-            yield record_doc(file_index, name, spec, *item)
+            yield to_doc(file_index, name, spec, *item)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,7 +15,9 @@ from pipeline.spec import InputSpec
 BATCH_ROWS = 1024
 
 
-def read_parquet(file_index: int, path: str, name: str, spec: InputSpec) -> Iterator[Doc | Drop]:
+def read_parquet(
+    file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., Doc | Drop] = record_doc
+) -> Iterator[Doc | Drop]:
     try:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
@@ -30,7 +32,7 @@ def read_parquet(file_index: int, path: str, name: str, spec: InputSpec) -> Iter
                         yield drop(name, file_index, record_index, "bad_record:unconvertible",
                                    error=error_text(row))
                     else:
-                        yield record_doc(file_index, name, spec, record_index, _row_text(row, spec), row)
+                        yield to_doc(file_index, name, spec, record_index, _row_text(row, spec), row)
                     record_index += 1
         except (OSError, pa.ArrowException) as exc:
             yield drop(name, file_index, record_index, "unreadable_file", error=error_text(exc))

@@ -18,6 +18,17 @@ REGISTRY: dict[str, str] = {
     "length": "pipeline.stages.length:LengthFilter",
     "exact_dedup": "pipeline.dedup.exact:ExactDedup",
     "near_dedup": "pipeline.dedup.near:NearDedup",
+    # language and quality (pipeline/filters/)
+    "lid": "pipeline.filters.lid:LanguageId",
+    "gopher_quality": "pipeline.filters.gopher:GopherQuality",
+    "gopher_repetition": "pipeline.filters.gopher:GopherRepetition",
+    "c4": "pipeline.filters.c4:C4Quality",
+    "fineweb": "pipeline.filters.fineweb:FineWebQuality",
+    "quality_classifier": "pipeline.filters.quality_classifier:QualityClassifier",
+    "stored_filters": "pipeline.filters.stored:StoredFilters",
+    # privacy and benchmarks
+    "pii": "pipeline.pii.stage:PiiStage",
+    "decontaminate": "pipeline.decontam.stage:Decontaminate",
 }
 
 

@@ -18,7 +18,7 @@ Check files in ``preflight()`` (raise ``ValueError("param: why")``), not in the 
 language probability). Name reasons by rule (``gopher_quality:symbol_word_ratio``). Every filter has
 ``mode``: in ``filter`` mode (default) a drop goes to ``rejected/`` with ``detail.scores``; in
 ``annotate`` mode every document is kept and the verdict is written to its metadata as
-``meta["filters"][stage.name] = {"keep": bool, "reason": str | None, "scores": {...}}``, and each
+``meta["filters"][stage.name] = {"keep": bool, "reason": str | None, "scores": {...}, "at": stage_index}``, and each
 would-be drop is counted as ``would_drop:<reason>``. A filter that also edits text overrides
 ``process`` and calls ``self.judge(doc, verdict)``.
 
@@ -172,7 +172,8 @@ class FilterStage(Stage):
             if not isinstance(meta, dict):
                 meta = json.loads(meta) if meta else {}
                 doc["meta"] = meta
-            meta.setdefault("filters", {})[self.name] = v.annotation()
+            # "at": the stage's position, so a report or a later job applies stored verdicts in pipeline order
+            meta.setdefault("filters", {})[self.name] = {**v.annotation(), "at": getattr(self.ctx, "stage_index", 0)}
             if not v.keep:
                 self.count(f"would_drop:{v.reason}")
             return doc

@@ -1,0 +1,113 @@
+"""``decontaminate``: drop (or flag) documents that contain benchmark items.
+
+``prepare()`` builds the n-gram index of the benchmark files once per job on the driver and returns it
+as plain arrays (:meth:`~pipeline.decontam.index.BenchmarkIndex.to_plain`); each worker builds its
+:class:`~pipeline.decontam.match.Matcher` from it in ``setup()``. A document matches an item when the
+item's overlap (the fraction of the item's grams found in the document) reaches ``min_overlap``.
+
+A matching document gets ``meta["contamination"] = [{benchmark, item, overlap, exact}, ...]`` (best
+first) in both modes; in ``filter`` mode it is dropped as ``decontaminate:<benchmark of the best match>``
+and its matches are also in the rejected record's ``detail.contamination``.
+
+Counters (summed over workers, so only per-document counts): ``docs:<benchmark>`` documents matching at
+least one item of that benchmark (a document matching two benchmarks counts under both; its drop reason
+names one), ``exact_docs:<benchmark>`` those holding an item verbatim (after normalization) and
+``matches:<benchmark>`` (document, item) pairs. How many *distinct* items were found cannot be summed
+across workers: the rejected records (or ``tokenmill contamination-report``) list them.
+Score ``overlap``: each document's best overlap (0 when none), so annotate mode shows the distribution.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from pipeline.decontam.index import DEFAULT_MIN_WORDS, DEFAULT_NGRAM, DEFAULT_STOCK_ITEMS, DEFAULT_TEXT_FIELDS
+from pipeline.documents import Doc, Drop
+from pipeline.stages.base import FilterParams, FilterStage, Verdict
+
+#: PaLM's contamination criterion: an example is contaminated when >= 70 % of its n-grams occur in the
+#: document (Chowdhery et al. 2022, section 8); verbatim copies score 1.0
+DEFAULT_MIN_OVERLAP = 0.7
+
+
+class DecontaminateParams(FilterParams):
+    #: benchmark files (JSONL(.gz/.zst) or Parquet), folders or globs; relative to the spec's folder.
+    #: Required, but checked by preflight (a spec naming the stage bare still parses, like every stage)
+    benchmarks: list[str] = Field(default_factory=list)
+    ngram: int = Field(DEFAULT_NGRAM, ge=1, le=64)
+    #: an item shorter than ngram is one gram if it has min_words words holding a letter (else skipped)
+    min_words: int = Field(DEFAULT_MIN_WORDS, ge=1)
+    #: ... and is not a stock question, found in stock_items or more benchmark items (else skipped)
+    stock_items: int = Field(DEFAULT_STOCK_ITEMS, ge=2)
+    min_overlap: float = Field(DEFAULT_MIN_OVERLAP, gt=0.0, le=1.0)
+    #: fields of a benchmark record indexed as texts of the item (each one present; see index.DEFAULT_TEXT_FIELDS)
+    text_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_TEXT_FIELDS), min_length=1)
+    id_field: str = "id"
+    #: the record field naming its benchmark; without it, the file's name (``gsm8k_test.jsonl.gz``: gsm8k_test)
+    benchmark_field: str = "benchmark"
+
+    @model_validator(mode="after")
+    def _short_items(self) -> DecontaminateParams:
+        if self.min_words > self.ngram:
+            raise ValueError(f"min_words ({self.min_words}) must not exceed ngram ({self.ngram})")
+        return self
+
+
+class Decontaminate(FilterStage):
+    name = "decontaminate"
+    Params = DecontaminateParams
+    path_params = ("benchmarks",)
+
+    def preflight(self) -> None:
+        from pipeline.decontam.index import benchmark_files
+
+        if not self.params.benchmarks:
+            raise ValueError("benchmarks: name at least one benchmark file, folder or glob")
+        for path in self.params.benchmarks:
+            if not benchmark_files([path]):
+                raise ValueError(f"benchmarks: no file matches {path!r}")
+
+    def prepare(self) -> dict[str, Any]:
+        from pipeline.decontam.index import index_files
+
+        self.preflight()  # a job run without spec validation still gets the one-line reason
+        p = self.params
+        return index_files(p.benchmarks, ngram=p.ngram, min_words=p.min_words, stock_items=p.stock_items,
+                           text_fields=p.text_fields, id_field=p.id_field, benchmark_field=p.benchmark_field
+                           ).to_plain()
+
+    def setup(self) -> None:
+        from pipeline.decontam.index import BenchmarkIndex
+        from pipeline.decontam.match import Matcher
+
+        prepared = self.prepared if self.prepared is not None else self.prepare()
+        self.matcher = Matcher(BenchmarkIndex.from_plain(prepared), self.params.min_overlap)
+
+    def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
+        if "matcher" not in self.__dict__:  # run_batch without setup (tests, notebooks)
+            self.setup()
+        for doc, matches in zip(docs, self.matcher.match_batch([d["text"] for d in docs]), strict=True):
+            if not matches:
+                yield self.judge(doc, Verdict(True, None, {"overlap": 0.0}))
+                continue
+            found = [m.as_dict() for m in matches]
+            benches = dict.fromkeys(m.benchmark for m in matches)
+            for bench in benches:
+                self.count(f"docs:{bench}")
+                self.count(f"matches:{bench}", sum(m.benchmark == bench for m in matches))
+                if any(m.exact and m.benchmark == bench for m in matches):
+                    self.count(f"exact_docs:{bench}")
+            meta = doc.get("meta")
+            if isinstance(meta, dict):
+                meta["contamination"] = found
+            else:  # a JSON string (or nothing): judge() parses it in annotate mode; do it here for both
+                doc["meta"] = {**(json.loads(meta) if meta else {}), "contamination": found}
+            out = self.judge(doc, Verdict(False, f"{self.name}:{matches[0].benchmark}",
+                                          {"overlap": matches[0].overlap}))
+            if isinstance(out, Drop):
+                out.detail["contamination"] = found
+            yield out

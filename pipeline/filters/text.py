@@ -1,0 +1,355 @@
+"""Text helpers shared by the heuristic filters (Gopher, C4, FineWeb): words, sentences, stop words, duplicates.
+
+**Words.** The rules count words, average their length and build n-grams of them, so where punctuation splits
+off ("don't" -> "do" "n't", "(see" -> "(" "see") moves every ratio. datatrove, the reference implementation
+of these rules, splits words with spaCy's rule-based tokenizer of the language (rules only: no model, nothing
+downloaded), so tokenmill uses the same rules, from the same library, and its decisions agree with datatrove's.
+spaCy decides every whitespace-separated chunk on its own, so :class:`WordSplitter` asks it once per distinct
+chunk, in one batched call per document, and caches the answer: a corpus repeats the same chunks, and a chunk
+of letters only (most of them) is one word without asking spaCy at all.
+
+**Languages written without spaces** (Chinese, Japanese, Thai, Lao, Khmer, Burmese, Tibetan): each character of
+those scripts, with its combining marks, is one word; the rest of the text is split by spaCy's multi-language
+rules. This is spaCy's default for Chinese (segmenter ``char``). datatrove segments these languages with
+dictionaries (jieba, SudachiPy, PyThaiNLP) that tokenmill does not install, so its word counts there differ.
+
+**Stop words** (Gopher's "at least two of the, be, to, of, and, that, have, with") exist per language in
+:data:`STOP_WORDS`; a language without a list skips that rule.
+
+spaCy is imported on first use (a worker's ``setup``), never when a spec is validated: it imports thinc and, if
+installed, torch (seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import regex
+
+from pipeline.stages.base import Verdict
+
+#: The default language of a document without ``meta["lang"]`` (the published rules are for English).
+DEFAULT_LANG = "en"
+
+#: Languages written without spaces between words: each character of these scripts is a word.
+NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
+_NO_SPACE_CHAR = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]\p{M}*")
+_NO_SPACE_SPLIT = regex.compile(f"({_NO_SPACE_CHAR.pattern})")
+_WHITESPACE_RUNS = re.compile(r"(\s+)")
+
+#: ISO 639-3 (and GlotLID's ``xxx_Script``) codes of the languages this module knows, to their ISO 639-1 code.
+_ISO3 = {
+    "eng": "en", "deu": "de", "fra": "fr", "spa": "es", "ita": "it", "por": "pt", "nld": "nl", "rus": "ru",
+    "pol": "pl", "swe": "sv", "zho": "zh", "cmn": "zh", "jpn": "ja", "tha": "th", "lao": "lo", "khm": "km",
+    "mya": "my", "bod": "bo", "kor": "ko",
+}
+
+#: Gopher's stop words (Rae et al. 2021, appendix A: "at least two of the following English words: the, be,
+#: to, of, and, that, have, with"), and for other languages the same kinds of words (articles, the copula,
+#: "to", "of", "and", "that", "have", "with"), the most frequent function words of each language; matched
+#: case-sensitively against whole words, as datatrove does. Zh/ja: the most frequent single-character particles
+#: (words there are characters, see above).
+STOP_WORDS: dict[str, tuple[str, ...]] = {
+    "en": ("the", "be", "to", "of", "and", "that", "have", "with"),
+    "de": ("der", "die", "das", "und", "zu", "von", "mit", "ist", "sein", "dass", "haben"),
+    "fr": ("le", "la", "les", "de", "et", "à", "que", "avec", "être", "est", "avoir"),
+    "es": ("el", "la", "los", "de", "y", "a", "que", "con", "ser", "es", "haber"),
+    "it": ("il", "la", "di", "e", "a", "che", "con", "essere", "è", "avere"),
+    "pt": ("o", "a", "os", "de", "e", "que", "com", "ser", "é", "ter"),
+    "nl": ("de", "het", "een", "en", "van", "te", "dat", "met", "zijn", "is", "hebben"),
+    "sv": ("och", "att", "det", "som", "en", "av", "med", "är", "vara", "ha"),
+    "pl": ("i", "w", "z", "na", "że", "do", "się", "jest", "być", "mieć"),
+    "ru": ("и", "в", "не", "на", "что", "с", "быть", "это", "к", "по"),
+    "zh": ("的", "了", "是", "在", "和", "有", "不", "这"),
+    "ja": ("の", "に", "は", "を", "た", "が", "で", "と"),
+}
+
+#: datatrove's ``PUNCTUATION`` (``datatrove/utils/text.py``): the characters a "symbol" word is made of,
+#: control characters included; kept verbatim so that "symbol words" are the same words as datatrove's.
+PUNCTUATION = (
+    "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
+    + "".join(map(chr, (x for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b))))
+)
+
+
+@lru_cache(maxsize=1)
+def terminal_punctuation() -> frozenset[str]:
+    """The Unicode property Sentence_Terminal plus Khmer ៖ ៙ ៚: datatrove's ``TERMINAL_PUNCTUATION`` (which
+    was taken from an older Unicode version; the ~16 rare characters added since then are the difference).
+    Computed on first use (a scan of all code points, ~0.3 s), not when a spec is validated."""
+    every = "".join(map(chr, range(0x110000)))
+    return frozenset("".join(regex.findall(r"\p{Sentence_Terminal}", every)) + "៖៙៚")
+
+
+@lru_cache(maxsize=1)
+def symbol_chars() -> frozenset[str]:
+    """Characters a "symbol" (not a word) is made of only: datatrove's ``PUNCTUATION_SET``."""
+    return frozenset(PUNCTUATION) | terminal_punctuation()
+
+
+def normalize_lang(value: Any, default: str = DEFAULT_LANG) -> str:
+    """An ISO 639-1 code from what LID wrote (``en``, ``__label__en``, ``eng_Latn``, ``zh-Hans``); ``default``
+    when there is none."""
+    if not isinstance(value, str) or not value.strip():
+        return default
+    code = value.strip().lower().removeprefix("__label__")
+    code = re.split(r"[-_]", code, maxsplit=1)[0]
+    return _ISO3.get(code, code)
+
+
+def doc_lang(doc: dict[str, Any], default: str = DEFAULT_LANG) -> str:
+    """The document's language: ``meta["lang"]`` as the ``lid`` stage set it, else ``default``."""
+    meta = doc.get("meta")
+    if isinstance(meta, str):  # an Arrow row's meta is JSON text
+        try:
+            meta = json.loads(meta) if meta else None
+        except ValueError:
+            meta = None
+    return normalize_lang(meta.get("lang") if isinstance(meta, dict) else None, default)
+
+
+def stop_words(lang: str, override: dict[str, list[str]] | None = None) -> frozenset[str] | None:
+    """The stop words of ``lang`` (``override`` first), None when there is no list for it."""
+    if override and lang in override:
+        return frozenset(override[lang])
+    words = STOP_WORDS.get(lang)
+    return frozenset(words) if words is not None else None
+
+
+def find_duplicates(items: Iterable[str]) -> tuple[int, int]:
+    """(number of items that repeat an earlier one, their characters): Gopher's duplicate line/paragraph counts.
+
+    The same totals as datatrove's first-seen scan, from a C-level Counter.
+    """
+    dup_items = dup_chars = 0
+    for item, n in Counter(items).items():
+        if n > 1:
+            dup_items += n - 1
+            dup_chars += (n - 1) * len(item)
+    return dup_items, dup_chars
+
+
+def _spacy_tokenizer(lang: str) -> tuple[Any, frozenset[str], frozenset[str]]:
+    """spaCy's rule-based tokenizer of ``lang`` (``xx``, multi-language, for a language spaCy lacks), the keys of
+    its special cases, and the sentencizer's punctuation. Built like ``spacy.blank(lang).tokenizer`` without
+    loading a pipeline and its registry (several times faster)."""
+    from spacy.pipeline import Sentencizer
+    from spacy.tokenizer import Tokenizer
+    from spacy.util import compile_infix_regex, compile_prefix_regex, compile_suffix_regex, get_lang_class
+    from spacy.vocab import Vocab
+
+    try:
+        defaults = get_lang_class(lang).Defaults
+    except Exception:  # spaCy raises ImportError (E048) for a language it does not have
+        defaults = get_lang_class("xx").Defaults
+    tok = Tokenizer(
+        Vocab(),
+        rules=defaults.tokenizer_exceptions,
+        prefix_search=compile_prefix_regex(defaults.prefixes).search if defaults.prefixes else None,
+        suffix_search=compile_suffix_regex(defaults.suffixes).search if defaults.suffixes else None,
+        infix_finditer=compile_infix_regex(defaults.infixes).finditer if defaults.infixes else None,
+        token_match=defaults.token_match,
+        url_match=defaults.url_match,
+    )
+    return tok, frozenset(defaults.tokenizer_exceptions), frozenset(Sentencizer.default_punct_chars)
+
+
+class WordSplitter:
+    """Words of a text as spaCy's rules for ``lang`` split them (datatrove's ``split_into_words``), fast.
+
+    ``words(text)`` returns the tokens without whitespace tokens; ``sentences(lines)`` counts sentences as spaCy's
+    sentencizer does (datatrove's ``split_into_sentences``). Results per chunk are cached (``max_cache``
+    entries, then the cache starts over); the last few texts' word lists are memoized so that several filters
+    in one worker split a document once. Do not modify the lists it returns.
+    """
+
+    _MEMO = 4
+
+    def __init__(self, lang: str, max_cache: int = 400_000):
+        self.lang = lang
+        self.no_space = lang in NO_SPACE_LANGS
+        self._tok, self._special, punct = _spacy_tokenizer("xx" if self.no_space else lang)
+        self._punct_chars = punct
+        self._maybe_sentence_end = re.compile("[" + re.escape("".join(sorted(punct))) + "]")
+        self._cache: dict[str, tuple[str, ...]] = {}
+        self._max_cache = max_cache
+        self._memo: OrderedDict[str, list[str]] = OrderedDict()
+        self._kind: dict[str, int] = {}  # token -> 1 sentence-ending char, 2 other punctuation, 0 else
+        self._lock = threading.Lock()  # Ray may run batches of one actor in threads
+
+    def words(self, text: str) -> list[str]:
+        """The words (tokens) of ``text``, in order."""
+        chunks = text.split()
+        with self._lock:
+            memo = self._memo
+            hit = memo.get(text)
+            if hit is not None:
+                memo.move_to_end(text)
+                return hit
+            self._ensure(chunks)
+            out = memo[text] = list(chain.from_iterable(map(self._cache.__getitem__, chunks)))
+            if len(memo) > self._MEMO:
+                memo.popitem(last=False)
+        return out
+
+    def sentences(self, lines: Sequence[str]) -> int:
+        """How many sentences spaCy's sentencizer finds in ``lines``, each line on its own (0 for an empty line).
+
+        A sentence ends at a token that is one of the sentencizer's punctuation characters ("." "!" "?" ...) and
+        the next sentence starts at the first following token that is not punctuation. spaCy also makes a token
+        of each run of whitespace other than one space; such a token can start a sentence, so it is kept here.
+        """
+        total = 0
+        split: list[list[str]] = []
+        for line in lines:
+            if not line:
+                continue
+            if self._maybe_sentence_end.search(line):
+                split.append(_WHITESPACE_RUNS.split(line))
+            else:
+                total += 1  # no sentence end: one sentence
+        if not split:
+            return total
+        with self._lock:
+            self._ensure(piece for pieces in split for piece in pieces[::2] if piece)
+            cache, kind, ends = self._cache, self._kind, self._punct_chars
+            for pieces in split:
+                count, seen_end = 1, False
+                for i, piece in enumerate(pieces):
+                    if i % 2:
+                        if piece != " " and seen_end:  # a whitespace token: not punctuation
+                            count += 1
+                            seen_end = False
+                        continue
+                    for tok in cache[piece] if piece else ():
+                        k = kind.get(tok)
+                        if k is None:
+                            k = kind[tok] = 1 if tok in ends else 2 if _is_punct(tok) else 0
+                        if k == 1:
+                            seen_end = True
+                        elif seen_end and k == 0:
+                            count += 1
+                            seen_end = False
+                total += count
+        return total
+
+    def _ensure(self, chunks: Iterable[str]) -> None:
+        """Put every chunk in the cache (one spaCy call for those it lacks); call with the lock held."""
+        cache = self._cache
+        wanted = set(chunks)
+        missing = {c for c in wanted if c not in cache}
+        if not missing:
+            return
+        if len(cache) + len(missing) > self._max_cache:  # start over: memory stays bounded
+            cache = self._cache = {}
+            self._kind = {}
+            missing = wanted
+        ask: list[str] = []
+        scripts: list[tuple[str, list[str]]] = []
+        for chunk in missing:
+            if self.no_space and _NO_SPACE_CHAR.search(chunk):
+                parts = [p for p in _NO_SPACE_SPLIT.split(chunk) if p]
+                scripts.append((chunk, parts))
+                ask.extend(p for p in parts if not _NO_SPACE_CHAR.fullmatch(p) and p not in cache)
+            elif chunk.isalpha() and chunk not in self._special:
+                cache[chunk] = (chunk,)
+            else:
+                ask.append(chunk)
+        if ask:
+            ask = list(dict.fromkeys(ask))
+            cache.update(zip(ask, self._tokenize(ask), strict=True))
+        for chunk, parts in scripts:  # one word per character of the script, the rest by spaCy's rules
+            cache[chunk] = tuple(chain.from_iterable(
+                (p,) if _NO_SPACE_CHAR.fullmatch(p) else cache[p] for p in parts
+            ))
+
+    def _tokenize(self, chunks: Sequence[str]) -> list[tuple[str, ...]]:
+        """spaCy's tokens of each chunk, from one call on the chunks joined by single spaces.
+
+        Chunks hold no whitespace, so no token does either, and a token belongs to the chunk its offset falls in.
+        """
+        from spacy.attrs import IDX, LENGTH
+
+        joined = " ".join(chunks)
+        lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+        starts = np.cumsum(lengths + 1) - lengths - 1  # offset of each chunk in ``joined``
+        with self._tok.vocab.memory_zone():  # free spaCy's strings of this call: a worker lives long
+            spans = self._tok(joined).to_array([IDX, LENGTH])
+        offsets, sizes = spans[:, 0].tolist(), spans[:, 1].tolist()
+        tokens = [joined[a : a + n] for a, n in zip(offsets, sizes, strict=True)]
+        first = np.searchsorted(spans[:, 0], starts).tolist() + [len(tokens)]  # first token of each chunk
+        return [tuple(tokens[first[i] : first[i + 1]]) for i in range(len(chunks))]
+
+
+def _is_punct(token: str) -> bool:
+    """spaCy's ``is_punct``: every character is Unicode punctuation (category P*)."""
+    return bool(token) and all(_unicode_category(c).startswith("P") for c in token)
+
+
+@lru_cache(maxsize=4096)
+def _unicode_category(char: str) -> str:
+    import unicodedata
+
+    return unicodedata.category(char)
+
+
+_SPLITTERS: dict[str, WordSplitter] = {}
+_SPLITTERS_LOCK = threading.Lock()
+
+
+def splitter(lang: str) -> WordSplitter:
+    """The process-wide :class:`WordSplitter` of ``lang`` (shared by every filter stage in a worker); languages
+    spaCy does not know share the multi-language (``xx``) one."""
+    lang = _spacy_lang(lang)
+    s = _SPLITTERS.get(lang)
+    if s is None:
+        with _SPLITTERS_LOCK:
+            s = _SPLITTERS.get(lang)
+            if s is None:
+                s = _SPLITTERS[lang] = WordSplitter(lang)
+    return s
+
+
+@lru_cache(maxsize=256)
+def _spacy_lang(lang: str) -> str:
+    """``lang`` when spaCy has rules for it (or it is written without spaces), else ``xx``."""
+    import importlib.util
+
+    if lang in NO_SPACE_LANGS:
+        return lang
+    if lang.isidentifier() and lang.islower() and importlib.util.find_spec(f"spacy.lang.{lang}") is not None:
+        return lang
+    return "xx"
+
+
+class RuleCheck:
+    """Scores and the first failing rule of one document, in the rules' order.
+
+    ``check(failed, rule)`` records a failure (the first one names the verdict's reason) and returns True when
+    the filter should stop: in ``filter`` mode at the first failure (later rules cannot change a drop, and their
+    cost is saved, as datatrove does), in ``annotate`` mode never, so that every score is recorded.
+    """
+
+    __slots__ = ("stage", "all_scores", "scores", "reason")
+
+    def __init__(self, stage: str, all_scores: bool):
+        self.stage = stage
+        self.all_scores = all_scores
+        self.scores: dict[str, float] = {}
+        self.reason: str | None = None
+
+    def check(self, failed: bool, rule: str) -> bool:
+        if failed and self.reason is None:
+            self.reason = f"{self.stage}:{rule}"
+        return self.reason is not None and not self.all_scores
+
+    def verdict(self) -> Verdict:
+        return Verdict(self.reason is None, self.reason, self.scores)

@@ -1,0 +1,72 @@
+"""Curated documents split by a ``meta`` field (``output.split_by: lang``): one shard set per value.
+
+After curation each Parquet part is split on a worker into ``work/groups/<value>/part-<first ord>.parquet``,
+order kept, so every group is a curated corpus of its own that the write phase packs exactly as it packs a
+whole one: shards and manifests are byte-identical for any parallelism, and resume works per group.
+A value that is missing, not a short name, or one of the output folder's own names goes to ``_unknown``
+(counted), so a document is never lost and no group can overwrite ``documents/`` or ``rejected/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.documents import text_bytes
+from pipeline.output.curated import ROW_GROUP, Part, worker_name
+
+UNKNOWN = "_unknown"
+#: names the output folder uses itself (see "What a job writes")
+RESERVED = frozenset({"shards", "documents", "rejected", "index", "manifest.json", "stats.json", "tokenizer.json"})
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def group_name(meta: str | dict | None, key: str) -> str:
+    """The group of a document: its ``meta[key]`` when that is a safe folder name, else ``_unknown``."""
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta else {}
+        except ValueError:
+            return UNKNOWN
+    value = meta.get(key) if isinstance(meta, dict) else None
+    if isinstance(value, str) and _NAME.fullmatch(value) and value not in RESERVED and ".." not in value:
+        return value
+    return UNKNOWN
+
+
+def split_part(folder: str, part: Part, key: str, dest: str) -> list[dict[str, Any]]:
+    """Ray task: write the rows of one curated part into one part per group; return their records."""
+    table = pq.read_table(Path(folder) / part.name)
+    names = [group_name(m, key) for m in table.column("meta").to_pylist()]
+    rows: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        rows.setdefault(name, []).append(i)
+    out = []
+    for name, idx in sorted(rows.items()):
+        sub = table.take(pa.array(idx, type=pa.int64()))
+        first = int(sub.column("ord")[0].as_py())
+        gdir = Path(dest) / name
+        gdir.mkdir(parents=True, exist_ok=True)
+        fname = f"part-{first:020d}.parquet"
+        tmp = gdir / f".{fname}.tmp-{os.getpid()}"
+        pq.write_table(sub, tmp, row_group_size=ROW_GROUP)
+        os.replace(tmp, gdir / fname)
+        out.append({"group": name, "part": fname, "rows": sub.num_rows, "first_ord": first,
+                    "bytes": text_bytes(sub), "writer": worker_name()})
+    return out
+
+
+def collect_groups(records: list[list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """``{group: {"parts": [...], "docs": n}}`` from the records of every split task."""
+    groups: dict[str, dict[str, Any]] = {}
+    for rec in (r for recs in records for r in recs):
+        g = groups.setdefault(rec["group"], {"parts": [], "docs": 0})
+        g["parts"].append({k: rec[k] for k in ("part", "rows", "first_ord", "bytes", "writer")})
+        g["docs"] += rec["rows"]
+    return dict(sorted(groups.items()))

@@ -1,0 +1,388 @@
+"""Heuristic quality filters (Gopher quality / repetition, C4, FineWeb): one keep/drop example per rule, other
+languages, code, annotate mode, and the word splitting and n-gram statistics against their references."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from pipeline.filters.c4 import C4Quality
+from pipeline.filters.fineweb import FineWebQuality
+from pipeline.filters.gopher import GopherQuality, GopherRepetition, NGrams
+from pipeline.filters.text import _spacy_tokenizer, normalize_lang, splitter
+from pipeline.stages import stage_class
+from pipeline.stages.base import StageContext, run_batch
+
+CTX = StageContext("t", "", 0, "")
+
+PROSE = """The old mill stood at the bend of the river, where the water ran fast over smooth stones.
+Farmers brought their grain there each autumn, and the miller weighed every sack with great care.
+His daughter kept the accounts in a small book that she carried with her to the market on Fridays.
+In the spring of that year a flood reached the lower floor and spoiled most of the stored flour.
+The village decided to rebuild the wheel with oak from the northern forest, which took two months.
+Children watched the carpenters work and learned the names of tools that they had never seen before.
+When the wheel turned again, people gathered on the bridge to celebrate with bread, cheese and cider."""
+
+GERMAN = """Die alte Mühle stand an der Biegung des Flusses, wo das Wasser schnell über glatte Steine lief.
+Die Bauern brachten jeden Herbst ihr Getreide dorthin, und der Müller wog jeden Sack mit großer Sorgfalt.
+Seine Tochter führte die Bücher in einem kleinen Heft, das sie freitags mit auf den Markt nahm.
+Im Frühling jenes Jahres erreichte eine Flut das untere Stockwerk und verdarb das gelagerte Mehl.
+Das Dorf beschloss, das Rad mit Eichenholz aus dem nördlichen Wald neu zu bauen, was zwei Monate dauerte.
+Die Kinder sahen den Zimmerleuten zu und lernten die Namen von Werkzeugen, die sie nie gesehen hatten."""
+
+CHINESE = ("这是一个关于河边磨坊的故事。农民们每年秋天都把粮食送到那里，磨坊主会仔细地称每一袋。"
+           "他的女儿在一个小本子上记账，每个星期五她都带着本子去市场。那年春天的洪水淹没了下层，"
+           "储存的面粉大部分都坏了。村里决定用北方森林的橡木重建水车，这花了两个月的时间。")
+
+JAPANESE = ("川の曲がり角に古い水車小屋がありました。農家の人たちは毎年秋に穀物をそこへ運び、"
+            "粉屋は袋を一つずつ丁寧に量りました。娘は小さな帳面に記録をつけて、金曜日には市場へ持って行きました。"
+            "その年の春に洪水が下の階に達し、蓄えていた小麦粉のほとんどが駄目になりました。")
+
+CODE = '''import json
+from pathlib import Path
+
+
+class Store:
+    def __init__(self, root: str, *, mode: int = 0o644) -> None:
+        self.root = Path(root)
+        self.mode = mode
+        self.cache: dict[str, dict] = {}
+
+    def get(self, key: str) -> dict | None:
+        if key not in self.cache:
+            file = self.root / f"{key}.json"
+            self.cache[key] = load(str(file)) if file.exists() else None
+        return self.cache[key]
+
+
+def load(path: str) -> dict:
+    """Read a JSON file."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def save(obj: dict, path: str) -> None:
+    Path(path).write_text(json.dumps(obj, indent=2))
+
+
+if __name__ == "__main__":
+    data = load("in.json")
+    data["count"] = len(data.get("items", []))
+    save(data, "out.json")
+'''
+
+JS = "function add(a, b) {\n  return a + b; // the sum of the two values is returned to the caller.\n}\n"
+
+
+def docs(*texts: str, lang: str | None = None) -> list[dict]:
+    return [{"id": str(i), "text": t, "meta": {"lang": lang} if lang else {}} for i, t in enumerate(texts)]
+
+
+def run(cls, *texts: str, lang: str | None = None, **params):
+    return run_batch(cls(cls.Params(**params), CTX), docs(*texts, lang=lang))
+
+
+def reason(cls, text: str, lang: str | None = None, **params) -> str | None:
+    """None when kept, else the rule (the part after ``stage:``)."""
+    out = run(cls, text, lang=lang, **params)
+    return out.drops[0].reason.split(":", 1)[1] if out.drops else None
+
+
+def unique_words(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(4, 8))) + str(i) for i in range(n)]
+
+
+def test_registry_names_resolve():
+    assert stage_class("gopher_quality") is GopherQuality
+    assert stage_class("gopher_repetition") is GopherRepetition
+    assert stage_class("c4") is C4Quality
+    assert stage_class("fineweb") is FineWebQuality
+
+
+# ---------------------------------------------------------------- words
+
+
+def test_words_equal_spacy_on_the_whole_text():
+    """Cached, batched chunks give spaCy's own tokens (contractions, URLs, abbreviations, emoticons)."""
+    text = ("Don't panic: e.g. the U.S. office (est. 1999) said \"it's fine\"... see https://example.org/a?b=1 "
+            "or mail me@example.com :) -- costs $5.99/month, 10km away; rock'n'roll! #tag @user 3x4 x=1+2\n"
+            "gonna cannot Dont 'quoted' [1] {braces} <html> a/b co-operate 5th...")
+    tok = _spacy_tokenizer("en")[0]
+    expected = [t.text for t in tok(text) if t.text.strip()]
+    s = splitter("en")
+    assert s.words(text) == expected
+    assert s.words(text + " Don't") == expected + ["Do", "n't"]  # from the cache
+
+
+def test_sentences_equal_spacy_sentencizer():
+    from spacy.pipeline import Sentencizer
+
+    tok = _spacy_tokenizer("en")[0]
+    sentencizer = Sentencizer()
+    lines = ["One. Two! Three?", "Dr. Smith arrived at 5 p.m. and left.", "No end mark here", "Wait... what?!",
+             "He said \"stop.\" Then he left.", "A .  . B", "Tabs.\tAnd more.", "x"]
+    s = splitter("en")
+    counts = [len(list(sentencizer(tok(line)).sents)) for line in lines]
+    for line, n in zip(lines, counts, strict=True):
+        assert s.sentences([line]) == n, line
+    assert s.sentences(lines) == sum(counts)
+
+
+def test_language_codes():
+    assert normalize_lang("__label__de") == "de"
+    assert normalize_lang("eng_Latn") == "en"
+    assert normalize_lang("zh-Hans") == "zh"
+    assert normalize_lang(None) == "en"
+    assert splitter("zh").words("你好，世界 ok") == ["你", "好", "，", "世", "界", "ok"]
+
+
+# ---------------------------------------------------------------- Gopher quality
+
+
+def test_gopher_quality_keeps_prose():
+    out = run(GopherQuality, PROSE)
+    assert len(out.kept) == 1 and not out.drops
+
+
+@pytest.mark.parametrize(
+    ("text", "params", "rule"),
+    [
+        ("The cat sat with the dog.", {}, "min_words"),
+        (PROSE, {"max_words": 20}, "max_words"),
+        (" ".join(["it is to be or not to be and so on, as we go up"] * 8), {}, "min_avg_word_length"),
+        (" ".join(["the internationalization and characterization of telecommunications"] * 10), {},
+         "max_avg_word_length"),
+        (PROSE + " #news" * 20, {}, "symbol_word_ratio"),
+        (PROSE.replace(".", "...") + " ..." * 15, {"max_ellipsis_lines_ratio": None}, "symbol_word_ratio"),
+        ("\n".join(f"- the item {w} comes with a handle and a box" for w in unique_words(12)), {},
+         "bullet_lines_ratio"),
+        ("\n".join(line.rstrip(".") + " and so on and on ..." if i % 2 else line
+                   for i, line in enumerate(PROSE.splitlines())), {}, "ellipsis_lines_ratio"),
+        (PROSE + " " + " ".join(str(i) for i in range(60)), {}, "alpha_words_ratio"),
+        (" ".join(w.capitalize() for w in unique_words(70)) + ".", {}, "stop_words"),
+    ],
+)
+def test_gopher_quality_rules(text, params, rule):
+    assert reason(GopherQuality, text, **params) == rule
+
+
+def test_gopher_quality_scores_and_thresholds():
+    (drop,) = run(GopherQuality, "The cat sat with the dog.").drops
+    assert drop.reason == "gopher_quality:min_words"
+    assert drop.detail["scores"] == {"words": 6}  # filter mode stops at the first failing rule
+    (doc,) = run(GopherQuality, PROSE, mode="annotate").kept
+    scores = doc["meta"]["filters"]["gopher_quality"]["scores"]
+    assert {"words", "avg_word_length", "alpha_words_ratio", "stop_words", "bullet_lines_ratio"} <= set(scores)
+    assert scores["stop_words"] == 6  # the, of, and, with, to, that
+    assert reason(GopherQuality, PROSE, min_stop_words=7) == "stop_words"
+
+
+def test_gopher_quality_languages():
+    assert reason(GopherQuality, GERMAN, lang="de") is None
+    assert reason(GopherQuality, GERMAN) == "stop_words"  # no meta.lang: English stop words
+    assert reason(GopherQuality, GERMAN, lang="en") == "stop_words"
+    assert reason(GopherQuality, GERMAN, lang="de", stop_words={"de": ["Quatsch", "Unsinn"]}) == "stop_words"
+    # characters are words in Chinese/Japanese: enough words, word length not judged, particles as stop words
+    assert reason(GopherQuality, CHINESE, lang="zh") is None
+    assert reason(GopherQuality, JAPANESE, lang="ja") is None
+    assert reason(GopherQuality, CHINESE, lang="en") == "min_words"  # spaCy's English rules: a few long "words"
+    (doc,) = run(GopherQuality, CHINESE, lang="zh", mode="annotate").kept
+    assert doc["meta"]["filters"]["gopher_quality"]["scores"]["avg_word_length"] == 1.0
+
+
+def test_gopher_quality_drops_code():
+    assert reason(GopherQuality, CODE) == "alpha_words_ratio"
+
+
+# ---------------------------------------------------------------- Gopher repetition
+
+
+def test_gopher_repetition_keeps_prose_and_code():
+    out = run_batch(GopherRepetition(GopherRepetition.Params(), CTX),
+                    docs(PROSE, CODE, GERMAN) + docs(CHINESE, lang="zh"))
+    assert len(out.kept) == 4
+
+
+def _dup_lines() -> str:
+    lines = [" ".join(unique_words(6, seed=i)) for i in range(10)]
+    return "\n".join(lines + lines[:5])
+
+
+@pytest.mark.parametrize(
+    ("text", "params", "rule"),
+    [
+        ("\n\n".join([PROSE, GERMAN, PROSE, PROSE]), {}, "dup_para_ratio"),
+        ("\n\n".join([PROSE] + [" ".join(unique_words(3, seed=i)) for i in range(5)] + [PROSE]), {},
+         "dup_para_char_ratio"),
+        (_dup_lines(), {}, "dup_line_ratio"),
+        ("\n".join([PROSE.splitlines()[0]] * 3 + [" ".join(unique_words(3, seed=i)) for i in range(8)]), {},
+         "dup_line_char_ratio"),
+        (" ".join(f"the cat {w}." for w in unique_words(40)), {}, "top_2gram_char_ratio"),
+        (" ".join(" ".join(unique_words(4, seed=i)) + " big red fox" for i in range(20)), {},
+         "top_3gram_char_ratio"),
+        (" ".join(unique_words(60) + unique_words(12, seed=7) * 3), {}, "dup_5gram_char_ratio"),
+    ],
+)
+def test_gopher_repetition_rules(text, params, rule):
+    assert reason(GopherRepetition, text, **params) == rule
+
+
+def test_gopher_repetition_thresholds_from_yaml_keys():
+    params = GopherRepetition.Params(top_ngram_char_ratio={"2": 0.9}, dup_ngram_char_ratio={})
+    assert params.top_ngram_char_ratio == {2: 0.9}
+    text = " ".join(f"the cat {w}." for w in unique_words(40))
+    assert not run_batch(GopherRepetition(params, CTX), docs(text)).drops
+
+
+def _top_reference(words: list[str], n: int) -> int:
+    """datatrove's find_top_duplicate on " ".join n-grams."""
+    grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+    top, count = Counter(grams).most_common(1)[0]
+    return len(top) * count
+
+
+def _dup_reference(words: list[str], n: int) -> int:
+    """datatrove's find_all_duplicate: greedy scan, a repeated n-gram is skipped whole."""
+    seen, total, i = set(), 0, 0
+    while i < len(words) - n + 1:
+        gram = tuple(words[i : i + n])
+        if gram in seen:
+            total += sum(map(len, gram))
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return total
+
+
+def test_ngram_statistics_equal_the_reference():
+    rng = random.Random(3)
+    for trial in range(40):
+        vocab = unique_words(rng.randint(2, 12), seed=trial)
+        words = [rng.choice(vocab) for _ in range(rng.randint(1, 300))]
+        if trial % 4 == 0:
+            words = words[:20] * 5  # long repeats: the scan must skip them whole
+        grams = NGrams(words)
+        for n in range(2, 11):
+            if len(words) >= n:
+                assert grams.top_chars(n) == _top_reference(words, n), (trial, n)
+            assert grams.dup_chars(n) == _dup_reference(words, n), (trial, n)
+
+
+# ---------------------------------------------------------------- C4
+
+
+def test_c4_cleans_lines_and_counts_them():
+    text = "\n".join([
+        "Menu Home About",
+        PROSE.splitlines()[0],
+        "Please enable JavaScript to view the comments powered by the site.",
+        "By using this site you agree to our terms of use and the privacy policy.",
+        PROSE.splitlines()[1] + "[1]",
+        "Short line here.",
+        PROSE.splitlines()[2],
+        "And it goes on and on and on...",
+    ])
+    res = run_batch(C4Quality(C4Quality.Params(), CTX), docs(text))
+    (doc,) = res.kept
+    assert doc["text"] == "\n".join(PROSE.splitlines()[:3])  # citation mark cut out
+    assert res.metrics.counters["lines_removed"] == 5
+    assert res.metrics.counters["lines_removed:javascript"] == 1
+    assert res.metrics.counters["lines_removed:policy"] == 1
+    assert res.metrics.counters["lines_removed:no_terminal_punct"] == 2
+    assert res.metrics.counters["lines_removed:too_few_words"] == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        (PROSE + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit.", "lorem_ipsum"),
+        (PROSE + "\n" + JS.replace("{\n", "{ return the sum of a and b to the caller.\n"), "curly_bracket"),
+        ("One short sentence with enough words.\nAnd another one with enough words.", "too_few_sentences"),
+        (CODE, "curly_bracket"),  # f"{key}.json" ends in a quote: the line survives to the bracket test
+    ],
+)
+def test_c4_document_rules(text, rule):
+    assert reason(C4Quality, text) == rule
+
+
+def test_c4_paper_defaults_differ_from_datatrove():
+    text = "Yes, it works.\nIt really does.\nWe tested it.\nThey agreed too.\nAll good here."
+    assert reason(C4Quality, text) == "too_few_sentences"  # paper: 5 words per line; every line is removed
+    as_datatrove = {"min_words_per_line": 3, "min_num_sentences": 5, "end_marks": [".", "?", "!", '"', "'"]}
+    (doc,) = run(C4Quality, text, **as_datatrove).kept
+    assert doc["text"] == text
+    assert reason(C4Quality, text, min_words_per_line=3) is None  # 5 sentences >= 3
+
+
+def test_c4_bad_words(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text("darn\nheck it\n", encoding="utf-8")
+    assert reason(C4Quality, PROSE + "\nWell, heck it, the wheel was broken again today.", bad_words=str(path)) == \
+        "bad_words"
+    assert reason(C4Quality, PROSE + "\nThe darning needle lay on the table all day.", bad_words=str(path)) is None
+    missing = C4Quality(C4Quality.Params(bad_words=str(tmp_path / "nope.txt")), CTX)
+    with pytest.raises(ValueError, match="bad_words"):
+        missing.preflight()
+
+
+def test_c4_german_sentences():
+    (doc,) = run(C4Quality, GERMAN, lang="de").kept
+    assert doc["text"] == GERMAN
+
+
+# ---------------------------------------------------------------- FineWeb
+
+
+def test_fineweb_keeps_prose():
+    assert not run(FineWebQuality, PROSE, GERMAN, CHINESE).drops
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("\n".join(f"{w} and {w} are listed in the catalogue" for w in unique_words(10)), "line_punct_ratio"),
+        ("\n".join(f"Item {w}." for w in unique_words(10)), "short_line_ratio"),
+        (PROSE + "\n" + PROSE.splitlines()[0], "char_dup_ratio"),
+        ("\n".join(f"{a}{b}{a}{b}." for a, b in zip(unique_words(12), unique_words(12, 1), strict=True)),
+         "list_ratio"),
+        ("\n \n\t\n", "empty"),
+    ],
+)
+def test_fineweb_rules(text, rule):
+    assert reason(FineWebQuality, text) == rule
+
+
+def test_fineweb_rule_disabled():
+    text = "\n".join(f"{a}{b}{a}{b}." for a, b in zip(unique_words(12), unique_words(12, 1), strict=True))
+    assert reason(FineWebQuality, text, max_newline_word_ratio=None) is None
+    assert reason(FineWebQuality, CODE) == "line_punct_ratio"
+
+
+# ---------------------------------------------------------------- annotate mode
+
+
+def test_annotate_mode_drops_nothing_and_records_verdicts():
+    texts = [PROSE, "Too short.", CODE, "\n\n".join([PROSE] * 3)]
+    for cls in (GopherQuality, GopherRepetition, C4Quality, FineWebQuality):
+        batch = docs(*texts)
+        stage = cls(cls.Params(mode="annotate"), CTX)
+        out = run_batch(stage, batch)
+        assert not out.drops and len(out.kept) == len(texts)
+        assert [d["text"] for d in out.kept] == texts  # C4 does not edit in annotate mode
+        verdicts = [d["meta"]["filters"][stage.name] for d in out.kept]
+        dropped = [v for v in verdicts if not v["keep"]]
+        assert dropped, cls.name
+        assert all(v["reason"].startswith(stage.name + ":") and v["scores"] for v in dropped)
+        would = {k: v for k, v in out.metrics.counters.items() if k.startswith("would_drop:")}
+        assert sum(would.values()) == len(dropped)
+        filtered = run_batch(cls(cls.Params(), CTX), docs(*texts))
+        assert [d.reason for d in filtered.drops] == [v["reason"] for v in verdicts if not v["keep"]]
+    # annotate records every rule's score, not only up to the first failure
+    (doc,) = run(GopherRepetition, "\n\n".join([PROSE] * 3), mode="annotate").kept
+    scores = doc["meta"]["filters"]["gopher_repetition"]["scores"]
+    assert scores["dup_para_ratio"] == pytest.approx(2 / 3) and "dup_10gram_char_ratio" in scores
