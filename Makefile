@@ -32,6 +32,7 @@ demo: setup
 	scripts/netns.sh $(VENV)/bin/tokenmill demo --output demo_out
 
 test: setup-test
+	scripts/install_chromium.sh  # Debian's chromium + chromedriver for the dashboard test (needs the registry)
 	$(VENV)/bin/ruff check .
 	scripts/netns.sh $(PY) -m pytest -q
 

@@ -8,14 +8,13 @@ Ray's own logs go to the job's log file unless ``--verbose``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from pipeline.job.signals import cancel_on_signals
 
 EXIT_USAGE = 2
 #: a failure of the program or the machine (Ray lost a worker, a bug), not of what the user gave
@@ -81,7 +80,7 @@ def _run(spec: Any, verbose: bool = False) -> int:
     renderer = make_renderer(verbose=verbose)
     job = Job(spec, on_event=renderer)
     try:
-        with renderer, _cancel_on_signals(job, renderer):
+        with renderer, cancel_on_signals(job, renderer.cancelling):
             result = job.run()
     except JobCancelled as exc:
         print(f"cancelled: {exc}", file=sys.stderr, flush=True)
@@ -99,37 +98,6 @@ def _run(spec: Any, verbose: bool = False) -> int:
         return _err(str(exc))
     print(format_summary(result.stats, result.output_dir), flush=True)
     return 0
-
-
-@contextlib.contextmanager
-def _cancel_on_signals(job: Any, renderer: Any) -> Iterator[None]:
-    """SIGINT and SIGTERM ask the job to cancel (it stops within seconds and nothing is published); a
-    second signal exits at once with 130. The previous handlers come back afterwards."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    count = 0
-
-    def handler(signum: int, frame: Any) -> None:
-        nonlocal count
-        count += 1
-        if count > 1:
-            os.write(sys.stderr.fileno(), b"cancelled: stopped at once (second signal)\n")
-            os._exit(EXIT_CANCELLED)
-        job.cancel()
-        renderer.cancelling()
-        # interrupt whatever the driver is blocked in (a dedup stage's ray.get, Ray Data's iterator): the
-        # job turns it into JobCancelled, cancels its Ray work and publishes nothing
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

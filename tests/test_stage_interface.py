@@ -198,8 +198,9 @@ def test_parsing_a_spec_with_every_registered_stage_imports_no_ray(tmp_path):
 import json, sys
 from pipeline.spec import parse_spec
 from pipeline.stages import REGISTRY, stage_class
+required = {{"quality_classifier": {{"model": "m.bin"}}}}  # a param without a default
 spec = parse_spec({{"name": "t", "inputs": [{{"path": "x"}}], "output": {{"path": {str(tmp_path)!r}}},
-                   "stages": [{{"type": t}} for t in REGISTRY]}})
+                   "stages": [{{"type": t, "params": required.get(t, {{}})}} for t in REGISTRY]}})
 assert [s.type for s in spec.stages] == list(REGISTRY)
 for t in REGISTRY:
     stage_class(t)

@@ -22,6 +22,11 @@ Nothing read is trusted: the manifest goes through the one strict schema the wri
 (``Manifest.validate``), every read is bounded (the manifest by a fixed cap, a shard by its own
 ``bytes``), member headers are checked before anything is allocated, and HTTP credentials never
 follow a redirect to another origin (:class:`ShardSource`). Every failure is a :class:`LoaderError`.
+
+Streaming from the tokenmill service: the base URL is an artifacts URL (``/v1/jobs/{id}/artifacts``,
+``/v1/schedules/{id}/versions/{n|latest}/artifacts``) and the API key comes from ``headers``,
+``bearer_token`` or the ``TOKENMILL_API_KEY`` environment variable; ``latest`` is resolved once, when the
+manifest is read, so a run never mixes two versions.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import http.client
+import os
 import signal
 import time
 import urllib.error
@@ -56,6 +62,9 @@ from pipeline.shard_format import (
 from training.shard_reader import read_shard_samples
 
 IGNORE_INDEX = -100
+#: the tokenmill service's API key, sent as ``Authorization: Bearer`` to an http(s) shard set when no
+#: ``Authorization`` header is configured (so a key never has to appear in a config file or a command line)
+API_KEY_ENV = "TOKENMILL_API_KEY"
 
 
 class LoaderError(RuntimeError):
@@ -111,14 +120,22 @@ class ShardSource:
     Every read is bounded: the manifest by ``MAX_MANIFEST_BYTES``, a shard by its ``bytes`` in the
     manifest (a longer body or file is refused after ``limit + 1`` bytes, a device or FIFO at once).
     ``timeout`` bounds the HTTP connection and each read from the socket. ``headers`` (an API key)
-    go to the base URL's origin only: redirects to another origin are followed without them."""
+    go to the base URL's origin only: redirects to another origin are followed without them.
+
+    Over HTTP, ``bearer_token`` (else the ``TOKENMILL_API_KEY`` environment variable) becomes
+    ``Authorization: Bearer ...`` unless ``headers`` already hold an ``Authorization``. When the manifest's
+    URL redirects within the same origin (the service's ``versions/latest`` to ``versions/7``), the source
+    re-bases on where the manifest was read, so every shard comes from the version that manifest describes."""
 
     def __init__(self, location: str, headers: dict[str, str] | None = None, timeout: float = 60.0,
-                 retries: int = 3) -> None:
+                 retries: int = 3, bearer_token: str | None = None) -> None:
         self.location = str(location).rstrip("/") if _is_url(str(location)) else str(location)
         self.headers = dict(headers or {})
         self.timeout = timeout
         self.retries = retries
+        token = bearer_token or os.environ.get(API_KEY_ENV)
+        if self.is_http and token and not any(k.lower() == "authorization" for k in self.headers):
+            self.headers["Authorization"] = f"Bearer {token.strip()}"
 
     @property
     def is_http(self) -> bool:
@@ -166,9 +183,23 @@ class ShardSource:
     def manifest(self) -> Manifest:
         data, where = self.fetch(MANIFEST, MAX_MANIFEST_BYTES)
         try:
-            return Manifest.from_json(data)
+            manifest = Manifest.from_json(data)
         except ShardFormatError as exc:
             raise LoaderError(f"{where}: {exc}") from None
+        self._pin(where)
+        return manifest
+
+    def _pin(self, where: str) -> None:
+        """Read the shards from the folder the manifest came from, when a same-origin redirect moved it."""
+        suffix = "/" + MANIFEST
+        if not self.is_http or where == self.describe(MANIFEST) or not where.endswith(suffix):
+            return
+        try:
+            same = _origin(where) == _origin(self.location)
+        except ValueError:
+            same = False
+        if same and not urllib.parse.urlsplit(where).query:
+            self.location = where[: -len(suffix)]
 
 
 def _bounded_body(resp: http.client.HTTPResponse, relpath: str, url: str, limit: int) -> bytes:
@@ -446,12 +477,12 @@ class ShardLoader:
                  shuffle: bool = True, shuffle_window: int = 4096, num_workers: int = 2,
                  remainder: Literal["drop", "wrap"] = "drop", headers: dict[str, str] | None = None,
                  prefetch_shards: int = 2, pin_memory: bool = False, max_epochs: int | None = None,
-                 manifest: Manifest | None = None) -> None:
+                 manifest: Manifest | None = None, bearer_token: str | None = None) -> None:
         if batch_size < 1:
             raise LoaderError(f"batch_size must be >= 1, got {batch_size}")
         if remainder not in ("drop", "wrap"):
             raise LoaderError(f"remainder must be 'drop' or 'wrap', got {remainder!r}")
-        self.source = ShardSource(location, headers)
+        self.source = ShardSource(location, headers, bearer_token=bearer_token)
         self.manifest = manifest or self.source.manifest()
         try:
             self.manifest.validate()  # a Manifest built in code gets the schema a loaded one got

@@ -427,9 +427,12 @@ class Job:
             return
         import ray
 
+        # not force=True: force-killing workers while their tasks complete can abort the driver inside Ray
+        # ("Tried to complete task that was not pending", seen under the service); a Python task stops at its next
+        # bytecode, and a local Ray is shut down right after anyway
         for ref in self._inflight:
             try:
-                ray.cancel(ref, force=True)
+                ray.cancel(ref, force=False)
             except Exception:  # noqa: BLE001 - finished or already gone
                 pass
         self._inflight = []

@@ -1,0 +1,44 @@
+"""SIGINT / SIGTERM cancel a job: the one handler behind ``tokenmill run`` and the service's job processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+#: like a shell's exit code for a process stopped by SIGINT
+EXIT_CANCELLED = 130
+
+
+@contextlib.contextmanager
+def cancel_on_signals(job: Any, on_cancel: Callable[[], None] | None = None) -> Iterator[None]:
+    """The first SIGINT or SIGTERM asks ``job`` to cancel (it stops within seconds and publishes nothing) and
+    interrupts whatever the driver is blocked in (a dedup stage's ``ray.get``, Ray Data's iterator): the engine
+    turns that KeyboardInterrupt into JobCancelled. A second signal exits at once with 130. The previous
+    handlers come back afterwards; off the main thread (where signals cannot be caught) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    count = 0
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal count
+        count += 1
+        if count > 1:
+            os.write(sys.stderr.fileno(), b"cancelled: stopped at once (second signal)\n")
+            os._exit(EXIT_CANCELLED)
+        job.cancel()
+        if on_cancel is not None:
+            on_cancel()
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,153 @@
+"""The FastAPI application: ``create_app(settings)`` wires the store, the supervisor and the routers.
+
+At startup (the lifespan) the database is migrated to the latest revision and, unless the settings say
+otherwise, the supervisor thread starts; at shutdown it stops, and the job processes keep running for
+the next start to re-attach to. Add a feature as a router in ``service/api/routers/`` and include it here.
+
+Errors are 4xx with a JSON ``detail`` (never a 500 for a bad request): 401 without a valid key, 403 a path
+outside the roots, 404 an unknown job, 409 a request the job's state does not allow, 413 a body over
+``max_body_bytes``, 422 an invalid spec or parameter (``detail`` is a list of ``{loc, msg, type}``, ``loc``
+the field path), 503 when the database does not answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import metadata
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, DBAPIError
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import require_key
+from service.api.routers import artifacts, dashboard, health, jobs, metrics, schedules
+from service.api.settings import Settings
+from service.api.submission import Refused, split_path
+from service.runner.supervisor import RunnerConfig, Supervisor
+from service.schedules.scheduler import Scheduler
+from service.store import repo
+from service.store.db import Database
+
+
+def runner_config(settings: Settings) -> RunnerConfig:
+    return RunnerConfig(state_dir=settings.state_dir, max_running=settings.max_running,
+                        ray_address=settings.ray_address, job_cpus=settings.job_cpus, roots=settings.roots(),
+                        max_lost=settings.max_lost, cancel_grace_s=settings.cancel_grace_s, poll_s=settings.poll_s)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if not (settings.input_roots and settings.output_roots):
+            (settings.state_dir / "data").mkdir(exist_ok=True)  # the default root
+        db = Database(settings.db_url, schema=settings.database_schema)
+        await run_in_threadpool(db.migrate)
+        supervisor = Supervisor(db, runner_config(settings)) if settings.run_supervisor else None
+        app.state.db, app.state.supervisor = db, supervisor
+        # the scheduler (service/schedules) runs where the supervisor does: it queues the jobs that one runs
+        scheduler = Scheduler(db, settings, wake_jobs=supervisor.wake) if supervisor is not None else None
+        app.state.scheduler = scheduler
+        if supervisor is not None:
+            supervisor.start()
+        if scheduler is not None:
+            scheduler.start()
+        try:
+            yield
+        finally:
+            if scheduler is not None:
+                await run_in_threadpool(scheduler.stop)
+            if supervisor is not None:
+                await run_in_threadpool(supervisor.stop)
+            db.dispose()
+
+    public = settings.public_docs
+    app = FastAPI(
+        title="tokenmill",
+        version=_version(),
+        summary="Submit, follow, cancel and resume tokenmill jobs.",
+        lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,
+        openapi_url="/openapi.json" if public else None,
+        docs_url="/docs" if public else None,
+        redoc_url="/redoc" if public else None,
+    )
+    app.state.settings = settings
+    app.state.db = app.state.supervisor = None
+    app.include_router(health.router)
+    app.include_router(jobs.router)
+    app.include_router(artifacts.router)  # a job's and a version's files: what trainers stream
+    app.include_router(schedules.router)
+    metrics.install(app)  # /metrics and the HTTP latency middleware
+    app.include_router(dashboard.router)  # the page at /
+    if not public:
+        @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key)])
+        def openapi() -> dict[str, Any]:
+            return app.openapi()
+    _add_error_handlers(app)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(DataError)
+    async def unstorable(request: Request, exc: DataError) -> JSONResponse:
+        # a value the database cannot hold: PostgreSQL text and JSONB refuse U+0000 (SQLite stores it)
+        return JSONResponse({"detail": "a value holds a character the database cannot store (NUL, U+0000)"},
+                            status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": field_problems(exc.errors())}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return JSONResponse({"detail": exc.problems}, exc.status_code)
+
+    @app.exception_handler(repo.NotFound)
+    async def not_found(request: Request, exc: repo.NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status.HTTP_404_NOT_FOUND)
+
+    @app.exception_handler(repo.Conflict)
+    async def conflict(request: Request, exc: repo.Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status.HTTP_409_CONFLICT)
+
+    @app.exception_handler(DBAPIError)
+    async def database_down(request: Request, exc: DBAPIError) -> JSONResponse:
+        if not exc.connection_invalidated and not _is_operational(exc):
+            raise exc
+        return JSONResponse({"detail": "the database is unavailable; retry later"},
+                            status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "5"})
+
+
+def _is_operational(exc: DBAPIError) -> bool:
+    from sqlalchemy.exc import OperationalError
+
+    return isinstance(exc, OperationalError)
+
+
+def field_problems(errors: Any) -> list[dict[str, Any]]:
+    """pydantic's errors as ``{loc, msg, type}``; the spec's own checks, which report several fields in one
+    message (``stages.0.type: ...; stages.1.params.x: ...``), become one problem per field."""
+    out: list[dict[str, Any]] = []
+    for err in errors:
+        loc, msg, kind = list(err.get("loc", ())), str(err.get("msg", "")), str(err.get("type", "value_error"))
+        if msg.startswith("Value error, "):
+            for part in msg[len("Value error, "):].split("; "):
+                path, text = split_path(part.strip())
+                out.append({"loc": loc + path, "msg": text, "type": kind})
+            continue
+        out.append({"loc": loc, "msg": msg, "type": kind})
+    return out
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tokenmill")
+    except metadata.PackageNotFoundError:
+        return "0"

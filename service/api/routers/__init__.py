@@ -1,0 +1,1 @@
+"""One APIRouter per resource, included by ``service.api.app.create_app``."""

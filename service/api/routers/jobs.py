@@ -1,0 +1,209 @@
+"""``/v1/jobs``: submit, list, inspect, follow (server-sent events), read logs, cancel, retry."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
+from fastapi.responses import PlainTextResponse
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+
+from pipeline.spec import JobSpec
+from service.api import schemas
+from service.api.deps import DbDep, KeyDep, SettingsDep, SupervisorDep
+from service.api.submission import admit
+from service.runner.job_process import LOG_FILE
+from service.store import repo
+from service.store.db import Database
+from service.store.models import TERMINAL, JobState
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+#: most bytes of a log one request returns (its end); ``tail_bytes`` asks for less
+MAX_LOG_BYTES = 4 << 20
+_NOT_FOUND = {404: {"model": schemas.Message, "description": "no such job"}}
+_CONFLICT = {409: {"model": schemas.Message, "description": "not possible in the job's state"}}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.JobOut, responses={
+    200: {"model": schemas.JobOut, "description": "the job this Idempotency-Key created earlier"},
+    403: {"model": schemas.ProblemList, "description": "a path outside the configured roots"},
+    409: {"model": schemas.Message, "description": "the Idempotency-Key was used for another spec"},
+    413: {"description": "request body too large"},
+    422: {"model": schemas.ProblemList, "description": "an invalid spec: one problem per field path"},
+})
+def submit_job(spec: JobSpec, response: Response, key: KeyDep, db: DbDep, settings: SettingsDep,
+               supervisor: SupervisorDep,
+               idempotency_key: Annotated[str | None, Header(max_length=255, min_length=1)] = None) -> schemas.JobOut:
+    """Queue a job. The body is a job spec, as for `tokenmill run`, with absolute paths inside the service's roots.
+
+    With an `Idempotency-Key` header, repeating the request returns the job the first one created (200)."""
+    admit(spec, settings)
+    with db.session() as s:
+        job, created = repo.create_job(
+            s, spec.model_dump(mode="json"), name=spec.name, spec_hash=spec.content_hash(),
+            output_path=os.path.realpath(spec.output.path), idempotency_key=idempotency_key, api_key_id=key.id)
+        out = schemas.JobOut.of(job)
+    response.headers["Location"] = f"/v1/jobs/{out.id}"
+    if created:
+        if supervisor is not None:
+            supervisor.wake()
+    else:
+        response.status_code = status.HTTP_200_OK
+    return out
+
+
+@router.get("", response_model=schemas.JobList)
+def list_jobs(key: KeyDep, db: DbDep,
+              state: Annotated[list[JobState], Query(description="repeat to match any of several")] = [],  # noqa: B006
+              name: Annotated[str | None, Query(max_length=200)] = None,
+              created_after: datetime | None = None, created_before: datetime | None = None,
+              limit: Annotated[int, Query(ge=1, le=500)] = 50,
+              cursor: Annotated[str | None, Query(max_length=100)] = None) -> schemas.JobList:
+    """Jobs, newest first, filtered; follow `next_cursor` for the next page."""
+    with db.session() as s:
+        jobs = repo.list_jobs(s, states=[str(x) for x in state], name=name, created_after=_aware(created_after),
+                              created_before=_aware(created_before), before_seq=_decode_cursor(cursor),
+                              limit=limit + 1)
+        items = [schemas.JobOut.of(j) for j in jobs[:limit]]
+    return schemas.JobList(items=items, next_cursor=_encode_cursor(jobs[limit - 1].seq) if len(jobs) > limit else None)
+
+
+@router.get("/{job_id}", response_model=schemas.JobDetail, responses=_NOT_FOUND)
+def get_job(job_id: str, key: KeyDep, db: DbDep) -> schemas.JobDetail:
+    """State, attempts, per-stage documents in/out/dropped per reason, tokens, shards, throughput, timings."""
+    with db.session() as s:
+        job = repo.get_job(s, job_id)
+        return schemas.JobDetail.of(job, list(repo.attempts_of(s, job_id)))
+
+
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,
+             responses={**_NOT_FOUND, **_CONFLICT})
+def cancel_job(job_id: str, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
+    """A queued job is CANCELLED at once; a running one becomes CANCELLING, then CANCELLED once its process
+    has stopped (SIGTERM: its Ray work is cancelled and nothing is published)."""
+    with db.session() as s:
+        out = schemas.JobOut.of(repo.cancel_job(s, job_id))
+    if supervisor is not None:
+        supervisor.wake()
+    return out
+
+
+@router.post("/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,
+             responses={**_NOT_FOUND, **_CONFLICT})
+def retry_job(job_id: str, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
+    """Queue a FAILED or CANCELLED job again; its next attempt resumes: finished phases are skipped and
+    shards already written are kept, not recomputed."""
+    with db.session() as s:
+        out = schemas.JobOut.of(repo.retry_job(s, job_id))
+    if supervisor is not None:
+        supervisor.wake()
+    return out
+
+
+@router.get("/{job_id}/logs", response_class=PlainTextResponse, responses={
+    **_NOT_FOUND, 200: {"content": {"text/plain": {}}, "description": "the end of the attempt's log"}})
+def get_logs(job_id: str, key: KeyDep, db: DbDep,
+             attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
+             tail_bytes: Annotated[int, Query(ge=0, le=MAX_LOG_BYTES)] = MAX_LOG_BYTES) -> PlainTextResponse:
+    """The job process's log (its output and Ray's), the last `tail_bytes` of it."""
+    with db.session() as s:
+        job = repo.get_job(s, job_id)
+        number = attempt or job.attempt
+        if number == 0:
+            return PlainTextResponse("", headers={"X-Attempt": "0"})
+        run_dir = repo.get_attempt(s, job_id, number).run_dir
+    text = _tail(Path(run_dir) / LOG_FILE, tail_bytes)
+    return PlainTextResponse(text, headers={"X-Attempt": str(number)})
+
+
+def _event_cursor(last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+                  after: Annotated[int | None, Query(ge=0, description="as Last-Event-ID")] = None) -> int:
+    if last_event_id is None:
+        return after or 0
+    if not last_event_id.strip().isdigit():
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "Last-Event-ID: not an event id of this stream")
+    return int(last_event_id)
+
+
+async def _existing_job(job_id: str, db: DbDep) -> str:
+    def check() -> None:
+        with db.session() as s:
+            repo.get_job(s, job_id)
+
+    await run_in_threadpool(check)
+    return job_id
+
+
+@router.get("/{job_id}/events", response_class=EventSourceResponse, responses=_NOT_FOUND)
+async def follow_events(request: Request, key: KeyDep, db: DbDep, settings: SettingsDep,
+                        job_id: Annotated[str, Depends(_existing_job)],
+                        after: Annotated[int, Depends(_event_cursor)]) -> AsyncIterator[ServerSentEvent]:
+    """The job's events as server-sent events (`event:` the type, `id:` its number, `data:` JSON), from the
+    start or after `Last-Event-ID`; the stream ends after the event that makes the job SUCCEEDED, FAILED or
+    CANCELLED. `state` events are the service's (the lifecycle); the others are the job engine's. Every
+    event's data carries the `attempt` it belongs to."""
+    last = after
+    while True:
+        rows, state = await run_in_threadpool(_events_page, db, job_id, last)
+        for seq, kind, data in rows:
+            last = seq
+            yield ServerSentEvent(id=str(seq), event=kind, data=data)
+        if not rows:
+            if state in TERMINAL or await request.is_disconnected():
+                return
+            await anyio.sleep(settings.events_poll_s)
+
+
+def _events_page(db: Database, job_id: str, after: int) -> tuple[list[tuple[int, str, dict]], str]:
+    """Events after ``after`` and the job's state read in the same transaction: when the state is terminal
+    and no event is left, the stream has sent the terminal state event."""
+    with db.session() as s:
+        rows = [(e.seq, e.type, {**e.data, "attempt": e.attempt}) for e in repo.events_after(s, job_id, after)]
+        return rows, repo.get_job(s, job_id).state
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    """A time without a zone is taken as UTC."""
+    return t.replace(tzinfo=UTC) if t is not None and t.tzinfo is None else t
+
+
+def _encode_cursor(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"v1:{seq}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        tag, _, seq = raw.partition(":")
+        if tag != "v1" or not seq.isdigit():
+            raise ValueError
+        return int(seq)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
+            {"loc": ["query", "cursor"], "msg": "not a cursor this server gave", "type": "cursor"}]) from None
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            data = f.read(n)
+    except FileNotFoundError:
+        return ""
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,193 @@
+"""``/v1/schedules``: scheduled corpus refreshes. Create, list, inspect, update, delete, pause and resume a
+schedule; read its run history and its published versions (their files: ``routers/artifacts.py``).
+
+A schedule's spec is checked as a job's is (schema 422, roots 403, address 422), except that an input may
+match no file yet: each run checks the files it reads. It also needs an ``exact_dedup`` or ``near_dedup``
+stage (a refresh drops there what earlier versions published), an output folder outside its inputs, and a
+folder no other schedule publishes into or around (409).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+from pipeline.job.output_dir import OutputError, check_not_overlapping
+from pipeline.spec import JobSpec
+from service.api import schemas
+from service.api.deps import DbDep, KeyDep, SettingsDep
+from service.api.settings import Settings
+from service.api.submission import Refused, admit
+from service.schedules import versions
+from service.schedules.cron import next_fire, system_clock
+from service.store import repo
+from service.store.models import Schedule
+
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+
+_NOT_FOUND = {404: {"model": schemas.Message, "description": "no such schedule"}}
+_REFUSED = {
+    403: {"model": schemas.ProblemList, "description": "a path outside the configured roots"},
+    409: {"model": schemas.Message, "description": "another schedule publishes into or around this folder, or "
+                                                   "the folder holds other files"},
+    422: {"model": schemas.ProblemList, "description": "an invalid schedule or spec: one problem per field path"},
+}
+
+
+def _problem(loc: list[str | int], msg: str, kind: str) -> dict[str, Any]:
+    return {"loc": ["body", *loc], "msg": msg, "type": kind}
+
+
+def check_spec(spec: JobSpec, settings: Settings, others: dict[str, str], own_id: str | None = None) -> str:
+    """The schedule's resolved output folder, or :class:`Refused` / :class:`repo.Conflict` saying why not."""
+    if not versions.has_dedup_stage(spec.model_dump(mode="json")):
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_problem(
+            ["spec", "stages"], "a schedule needs an exact_dedup or near_dedup stage: each run drops there the "
+                                "documents earlier versions published", "dedup_required")])
+    try:
+        admit(spec, settings)
+    except Refused as exc:  # an input matching nothing yet is fine: each run checks the files it reads
+        kept = [dict(p, loc=["body", "spec", *p["loc"][1:]]) for p in exc.problems
+                if not (p["type"] == "preflight" and p["msg"].startswith("no file matches"))]
+        if kept:
+            raise Refused(exc.status_code, kept) from None
+    out = os.path.realpath(spec.output.path)
+    try:
+        check_not_overlapping(out, [inp.path for inp in spec.inputs])
+    except OutputError as exc:
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_problem(
+            ["spec", "output", "path"], str(exc).removeprefix("output.path: "), "overlaps_inputs")]) from None
+    for path, other in others.items():
+        if other != own_id and (Path(out).is_relative_to(path) or Path(path).is_relative_to(out)):
+            raise repo.Conflict(f"spec.output.path: schedule {other} publishes into {path}; a schedule's folder "
+                                "may not be, contain or lie inside another's")
+    try:
+        foreign = sorted(n for n in os.listdir(out) if n != versions.LATEST and not versions.parse_number(n))
+    except (FileNotFoundError, NotADirectoryError):
+        foreign = []
+    if foreign:
+        raise repo.Conflict(f"spec.output.path: {out} holds files that are not a schedule's versions "
+                            f"({', '.join(foreign[:3])}); choose an empty or new folder")
+    return out
+
+
+def _out(s: Any, sched: Schedule) -> schemas.ScheduleOut:
+    runs = repo.runs_of(s, sched.id, limit=1)
+    latest = repo.versions_of(s, sched.id)
+    return schemas.ScheduleOut.of(sched, latest[-1].number if latest else None, runs[0] if runs else None)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ScheduleOut, responses=_REFUSED)
+def create_schedule(body: schemas.ScheduleIn, response: Response, key: KeyDep, db: DbDep,
+                    settings: SettingsDep) -> schemas.ScheduleOut:
+    """Create a schedule; its first slot is the first one the cron expression names after now."""
+    with db.session() as s:
+        others = repo.schedule_outputs(s)
+    out = check_spec(body.spec, settings, others)
+    nxt = next_fire(body.cron, body.timezone, system_clock())
+    with db.session() as s:
+        sched = repo.create_schedule(s, name=body.name or body.spec.name, cron=body.cron, timezone=body.timezone,
+                                     overlap=body.overlap, paused=body.paused, spec=body.spec.model_dump(mode="json"),
+                                     output_path=out, next_fire_at=nxt, api_key_id=key.id)
+        result = _out(s, sched)
+    response.headers["Location"] = f"/v1/schedules/{result.id}"
+    return result
+
+
+@router.get("", response_model=schemas.ScheduleList)
+def list_schedules(key: KeyDep, db: DbDep) -> schemas.ScheduleList:
+    with db.session() as s:
+        return schemas.ScheduleList(items=[_out(s, sc) for sc in repo.list_schedules(s)])
+
+
+@router.get("/{schedule_id}", response_model=schemas.ScheduleOut, responses=_NOT_FOUND)
+def get_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
+    """The schedule, its next slots, its latest version and last run."""
+    with db.session() as s:
+        return _out(s, repo.get_schedule(s, schedule_id))
+
+
+@router.patch("/{schedule_id}", response_model=schemas.ScheduleOut, responses={**_NOT_FOUND, **_REFUSED})
+def update_schedule(schedule_id: str, body: schemas.SchedulePatch, key: KeyDep, db: DbDep,
+                    settings: SettingsDep) -> schemas.ScheduleOut:
+    """Change the name, cron expression, time zone, overlap policy or spec (not its output folder); a new
+    cron expression or zone takes effect from now."""
+    if body.spec is not None:
+        with db.session() as s:
+            current, others = repo.get_schedule(s, schedule_id).output_path, repo.schedule_outputs(s)
+        if os.path.realpath(body.spec.output.path) != current:
+            raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_problem(
+                ["spec", "output", "path"], f"a schedule's versions stay in {current}; create another schedule "
+                                            "for another folder", "output_fixed")])
+        check_spec(body.spec, settings, others, own_id=schedule_id)
+    with db.session() as s:
+        sched = repo.lock_schedule(s, schedule_id)
+        if body.name is not None:
+            sched.name = body.name
+        if body.overlap is not None:
+            sched.overlap = body.overlap
+        if body.spec is not None:
+            sched.spec = body.spec.model_dump(mode="json")
+        if body.cron is not None or body.timezone is not None:
+            sched.cron = body.cron or sched.cron
+            sched.timezone = body.timezone or sched.timezone
+            if not sched.paused:
+                sched.next_fire_at = next_fire(sched.cron, sched.timezone, system_clock())
+        sched.updated_at = system_clock()
+        return _out(s, sched)
+
+
+@router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
+    **_NOT_FOUND, 409: {"model": schemas.Message, "description": "a run is going"}})
+def delete_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> Response:
+    """Delete the schedule and its history. The published versions stay on disk (a trainer may be reading
+    them) but are no longer served."""
+    with db.session() as s:
+        repo.delete_schedule(s, schedule_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{schedule_id}/pause", response_model=schemas.ScheduleOut, responses=_NOT_FOUND)
+def pause_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
+    """No slot fires while paused (a run already going finishes and publishes)."""
+    with db.session() as s:
+        sched = repo.lock_schedule(s, schedule_id)
+        sched.paused, sched.next_fire_at, sched.pending_fire_at = True, None, None
+        sched.updated_at = system_clock()
+        return _out(s, sched)
+
+
+@router.post("/{schedule_id}/resume", response_model=schemas.ScheduleOut, responses=_NOT_FOUND)
+def resume_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
+    """Fire again from the next slot after now (slots missed while paused are not made up)."""
+    with db.session() as s:
+        sched = repo.lock_schedule(s, schedule_id)
+        if sched.paused:
+            sched.paused = False
+            sched.next_fire_at = next_fire(sched.cron, sched.timezone, system_clock())
+            sched.updated_at = system_clock()
+        return _out(s, sched)
+
+
+@router.get("/{schedule_id}/runs", response_model=schemas.ScheduleRunList, responses=_NOT_FOUND)
+def list_runs(schedule_id: str, key: KeyDep, db: DbDep,
+              before: Annotated[int | None, Query(ge=1, description="a run number: older runs only")] = None,
+              limit: Annotated[int, Query(ge=1, le=500)] = 50) -> schemas.ScheduleRunList:
+    """Run history, newest first: each run's slot, state, message, job, version and the files it read."""
+    with db.session() as s:
+        repo.get_schedule(s, schedule_id)
+        runs = repo.runs_of(s, schedule_id, before=before, limit=limit + 1)
+        items = [schemas.ScheduleRunOut.of(r) for r in runs[:limit]]
+    return schemas.ScheduleRunList(items=items, next_cursor=runs[limit - 1].number if len(runs) > limit else None)
+
+
+@router.get("/{schedule_id}/versions", response_model=schemas.VersionList, responses=_NOT_FOUND)
+def list_versions(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.VersionList:
+    """Published versions, oldest first; `latest` is the number `versions/latest` redirects to."""
+    with db.session() as s:
+        repo.get_schedule(s, schedule_id)
+        items = [schemas.VersionOut.of(v) for v in repo.versions_of(s, schedule_id)]
+    return schemas.VersionList(items=items, latest=items[-1].number if items else None)

@@ -1,0 +1,320 @@
+"""What the API returns: response models (the OpenAPI schema) and their construction from store rows.
+
+The request body of ``POST /v1/jobs`` is :class:`pipeline.spec.JobSpec` itself, the model ``tokenmill run``
+loads, so the API and the CLI accept exactly the same specs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from pipeline.spec import JobSpec
+from service.store.models import ApiKey, Attempt, Job, JobState, RunState, Schedule, ScheduleRun, ScheduleVersion
+
+
+class ErrorInfo(BaseModel):
+    category: str = Field(description="validation | input | app | infra | cancelled")
+    message: str | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    state: JobState
+    attempt: int = Field(description="number of the latest attempt (0: not started yet)")
+    output_path: str
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: ErrorInfo | None = None
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        return cls(**_base(job))
+
+
+class StageFigures(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a stage's own counters and score summaries come along
+
+    stage: str
+    docs_in: int = 0
+    docs_out: int = 0
+    dropped: dict[str, int] = Field(default_factory=dict, description="documents dropped, per reason")
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+
+
+class PhaseInfo(BaseModel):
+    state: str = Field(description="started | finished | skipped")
+    seconds: float = 0.0
+
+
+class Progress(BaseModel):
+    done: int
+    total: int | None = None
+    unit: str | None = None
+    per_s: float | None = None
+
+
+class Shards(BaseModel):
+    done: int = Field(0, description="shards written or kept from an earlier attempt, in the latest attempt")
+    written: int = 0
+    reused: int = Field(0, description="kept from an earlier attempt, not recomputed")
+    total: int | None = Field(None, description="known once the write phase has ended")
+
+
+class Throughput(BaseModel):
+    docs_per_s: float | None = None
+    tokens_per_s: float | None = None
+
+
+class AttemptOut(BaseModel):
+    number: int
+    host: str
+    pid: int | None
+    started_at: datetime
+    ended_at: datetime | None
+    exit_code: int | None
+    outcome: str | None = Field(None, description="succeeded | failed | cancelled | lost (ended without a result)")
+
+    @classmethod
+    def of(cls, att: Attempt) -> AttemptOut:
+        return cls(number=att.number, host=att.host, pid=att.pid, started_at=att.started_at, ended_at=att.ended_at,
+                   exit_code=att.exit_code, outcome=att.outcome)
+
+
+class JobDetail(JobOut):
+    phase: str | None = Field(None, description="the phase running now")
+    phases: dict[str, PhaseInfo] = Field(default_factory=dict)
+    progress: dict[str, Progress] = Field(default_factory=dict)
+    stages: list[StageFigures] = Field(default_factory=list)
+    shards: Shards = Field(default_factory=Shards)
+    samples: int | None = None
+    tokens: int | None = None
+    documents: int | None = None
+    throughput: Throughput = Field(default_factory=Throughput)
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase, and total")
+    resumed_phases: list[str] = Field(default_factory=list, description="phases the latest attempt skipped")
+    attempts: list[AttemptOut] = Field(default_factory=list)
+    spec: dict[str, Any]
+
+    @classmethod
+    def of(cls, job: Job, attempts: list[Attempt]) -> JobDetail:
+        s = job.summary or {}
+        shards = s.get("shards") or {}
+        return cls(
+            **_base(job),
+            phase=s.get("phase"),
+            phases={k: PhaseInfo(state=v.get("state", "?"), seconds=v.get("seconds", 0.0))
+                    for k, v in (s.get("phases") or {}).items()},
+            progress={k: Progress(**v) for k, v in (s.get("progress") or {}).items()},
+            stages=[StageFigures(stage=k, **v) for k, v in (s.get("stages") or {}).items()],
+            shards=Shards(done=shards.get("written", 0) + shards.get("reused", 0), written=shards.get("written", 0),
+                          reused=shards.get("reused", 0), total=shards.get("total")),
+            samples=s.get("samples"), tokens=s.get("tokens"), documents=s.get("documents"),
+            throughput=Throughput(**(s.get("throughput") or {})),
+            timings={k: float(v) for k, v in (s.get("seconds") or {}).items() if isinstance(v, int | float)},
+            resumed_phases=s.get("resumed_phases") or [],
+            attempts=[AttemptOut.of(a) for a in attempts],
+            spec=job.spec,
+        )
+
+
+class JobList(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page; null on the last")
+
+
+class Problem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ProblemList(BaseModel):
+    detail: list[Problem]
+
+
+class Message(BaseModel):
+    detail: str
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Check(BaseModel):
+    ok: bool
+    detail: str
+
+
+class Readiness(BaseModel):
+    status: str = Field(description="ready | not_ready")
+    checks: dict[str, Check]
+
+
+class ApiKeyOut(BaseModel):
+    id: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+    @classmethod
+    def of(cls, key: ApiKey) -> ApiKeyOut:
+        return cls(id=key.id, name=key.name, created_at=key.created_at, revoked_at=key.revoked_at,
+                   last_used_at=key.last_used_at)
+
+
+def _base(job: Job) -> dict[str, Any]:
+    error = None
+    if job.state in (JobState.FAILED, JobState.CANCELLED) and job.failure_category:
+        error = ErrorInfo(category=job.failure_category, message=job.error_message)
+    return {"id": job.id, "name": job.name, "state": JobState(job.state), "attempt": job.attempt,
+            "output_path": job.output_path, "created_at": job.created_at, "updated_at": job.updated_at,
+            "started_at": job.started_at, "finished_at": job.finished_at, "error": error}
+
+
+# ---- schedules and artifacts -----------------------------------------------------------------------------
+
+Overlap = Literal["skip", "buffer_one"]
+
+
+def _cron(value: str) -> str:
+    from service.schedules.cron import check_cron
+
+    return check_cron(value)
+
+
+def _zone(value: str) -> str:
+    from service.schedules.cron import check_timezone
+
+    return check_timezone(value)
+
+
+class ScheduleIn(BaseModel):
+    """A job spec run on a cron schedule; every run reads only new or changed input files and publishes a
+    new version in ``spec.output.path`` (``v000001/``, ``v000002/``..., ``latest``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, min_length=1, max_length=200, description="default: spec.name")
+    cron: Annotated[str, AfterValidator(_cron)] = Field(
+        max_length=200, description="five fields (minute hour day-of-month month day-of-week) or @hourly, @daily...")
+    timezone: Annotated[str, AfterValidator(_zone)] = Field("UTC", max_length=64, description="IANA name")
+    overlap: Overlap = Field("skip", description="a slot that comes while the previous run is going: skip it, "
+                                                  "or keep one and run it when that run ends (buffer_one)")
+    paused: bool = False
+    spec: JobSpec = Field(description="needs an exact_dedup or near_dedup stage (what earlier versions "
+                                      "published is dropped there)")
+
+
+class SchedulePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    cron: Annotated[str, AfterValidator(_cron)] | None = Field(None, max_length=200)
+    timezone: Annotated[str, AfterValidator(_zone)] | None = Field(None, max_length=64)
+    overlap: Overlap | None = None
+    spec: JobSpec | None = Field(None, description="its output.path cannot change")
+
+
+class RunInputs(BaseModel):
+    new: list[str] = Field(default_factory=list)
+    changed: list[str] = Field(default_factory=list)
+    unchanged: int = 0
+
+
+class ScheduleRunOut(BaseModel):
+    number: int
+    fire_at: datetime = Field(description="the cron slot")
+    started_at: datetime
+    ended_at: datetime | None
+    state: RunState
+    message: str | None
+    job_id: str | None
+    version: int | None = Field(description="the version its job writes (published when the run succeeded)")
+    inputs: RunInputs = Field(description="the input files it read: new, changed (and how many it left)")
+
+    @classmethod
+    def of(cls, run: ScheduleRun) -> ScheduleRunOut:
+        return cls(number=run.number, fire_at=run.fire_at, started_at=run.started_at, ended_at=run.ended_at,
+                   state=RunState(run.state), message=run.message, job_id=run.job_id, version=run.version,
+                   inputs=RunInputs(**{k: v for k, v in (run.inputs or {}).items() if k in RunInputs.model_fields}))
+
+
+class ScheduleRunList(BaseModel):
+    items: list[ScheduleRunOut]
+    next_cursor: int | None = Field(None, description="pass as ?before= for older runs; null on the last page")
+
+
+class ScheduleOut(BaseModel):
+    id: str
+    name: str
+    cron: str
+    timezone: str
+    overlap: Overlap
+    paused: bool
+    output_path: str
+    next_fire_at: datetime | None
+    next_fire_times: list[datetime] = Field(description="the next slots (none while paused)")
+    pending_fire_at: datetime | None = Field(None, description="buffer_one: a slot waiting for the running run")
+    latest_version: int | None
+    last_run: ScheduleRunOut | None
+    created_at: datetime
+    updated_at: datetime
+    spec: dict[str, Any]
+
+    @classmethod
+    def of(cls, sched: Schedule, latest: int | None, last_run: ScheduleRun | None) -> ScheduleOut:
+        from service.schedules.cron import upcoming
+
+        return cls(id=sched.id, name=sched.name, cron=sched.cron, timezone=sched.timezone, overlap=sched.overlap,
+                   paused=sched.paused, output_path=sched.output_path, next_fire_at=sched.next_fire_at,
+                   next_fire_times=upcoming(sched.cron, sched.timezone, sched.next_fire_at),
+                   pending_fire_at=sched.pending_fire_at, latest_version=latest,
+                   last_run=ScheduleRunOut.of(last_run) if last_run is not None else None,
+                   created_at=sched.created_at, updated_at=sched.updated_at, spec=sched.spec)
+
+
+class ScheduleList(BaseModel):
+    items: list[ScheduleOut]
+
+
+class VersionOut(BaseModel):
+    number: int
+    path: str
+    job_id: str
+    run: int = Field(description="the run that published it")
+    documents: int | None
+    samples: int | None
+    tokens: int | None
+    shards: int | None
+    published_at: datetime
+    artifacts: str = Field(description="base URL path of its files (a trainer's --data)")
+
+    @classmethod
+    def of(cls, v: ScheduleVersion) -> VersionOut:
+        return cls(number=v.number, path=v.path, job_id=v.job_id, run=v.run_number, documents=v.documents,
+                   samples=v.samples, tokens=v.tokens, shards=v.shards, published_at=v.published_at,
+                   artifacts=f"/v1/schedules/{v.schedule_id}/versions/{v.number}/artifacts")
+
+
+class VersionList(BaseModel):
+    items: list[VersionOut]
+    latest: int | None
+
+
+class ArtifactOut(BaseModel):
+    name: str = Field(description="path below the artifacts URL")
+    bytes: int
+    sha256: str = Field(description="also the file's ETag")
+
+
+class ArtifactList(BaseModel):
+    files: list[ArtifactOut]

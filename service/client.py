@@ -1,0 +1,397 @@
+"""The control plane from a terminal: ``tokenmill serve``, ``submit``, ``status``, ``follow``, ``logs``, ``cancel``,
+``retry`` and ``apikey``.
+
+Each command is a ``main_<name>(argv) -> int`` (``service/commands/<name>.py`` exposes it as the ``main`` that
+``tokenmill <name>`` calls). The HTTP commands take ``--server URL`` (default ``$TOKENMILL_SERVER``, else
+``http://127.0.0.1:8000``) and ``--api-key`` (default ``$TOKENMILL_API_KEY``). Exit codes follow
+``tokenmill run``: 0 done, 1 a failure of the program, the machine or the server (5xx, no answer), 2 a request
+the server refused (4xx: a bad spec, a path outside the roots, a missing key), 130 a cancelled job
+(``follow`` exits with its job's outcome: 0 SUCCEEDED, 130 CANCELLED, 2 FAILED for a bad spec or input, 1 else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+#: seconds a request may take (a submit runs the spec's file checks on the server)
+TIMEOUT_S = 60.0
+#: seconds between reconnections of ``follow`` after the stream broke (the server restarting)
+RECONNECT_S = 1.0
+
+
+class ClientError(Exception):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def _err(msg: str, code: int = EXIT_USAGE) -> int:
+    for line in str(msg).splitlines():
+        print(f"error: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+# ---- serve ------------------------------------------------------------------------------------------------
+
+
+def main_serve(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tokenmill serve", description="Run the control plane (REST API + job runner).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--state-dir", help="jobs' logs and events, the default SQLite file ($TOKENMILL_STATE_DIR)")
+    _db_args(p)
+    p.add_argument("--root", action="append", default=[], metavar="DIR",
+                   help="a folder jobs may read and write (repeat; $TOKENMILL_ROOTS)")
+    p.add_argument("--input-root", action="append", default=[], metavar="DIR", help="a folder jobs may only read")
+    p.add_argument("--output-root", action="append", default=[], metavar="DIR", help="a folder jobs may write")
+    p.add_argument("--max-running", type=int, help="jobs at once (default 1)")
+    p.add_argument("--ray-address", help="run every job on this Ray cluster (default: a local Ray per job)")
+    p.add_argument("--job-cpus", type=int, help="CPUs of each job's local Ray (default: all)")
+    p.add_argument("--max-body-bytes", type=int)
+    p.add_argument("--public-docs", action="store_true", help="serve /docs and /openapi.json without a key")
+    p.add_argument("--log-level", default="info")
+    args = p.parse_args(argv)
+
+    import logging
+
+    import uvicorn
+
+    from service.api.app import create_app
+
+    try:
+        settings = _settings(args, input_roots=tuple(args.root + args.input_root) or None,
+                             output_roots=tuple(args.root + args.output_root) or None,
+                             max_running=args.max_running, ray_address=args.ray_address, job_cpus=args.job_cpus,
+                             max_body_bytes=args.max_body_bytes, public_docs=args.public_docs or None)
+    except ValueError as exc:
+        return _err(str(exc))
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    roots = settings.roots()
+    print(f"tokenmill serve: http://{args.host}:{args.port}  state {settings.state_dir.resolve()}  "
+          f"read roots {', '.join(map(str, roots.read))}  write roots {', '.join(map(str, roots.write))}",
+          file=sys.stderr, flush=True)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=5)
+    return EXIT_OK
+
+
+def _db_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--database-url", help="SQLAlchemy URL ($TOKENMILL_DATABASE_URL; default a SQLite file)")
+    p.add_argument("--database-schema", help="PostgreSQL schema for the tables ($TOKENMILL_DATABASE_SCHEMA)")
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
+    from pydantic import ValidationError
+
+    from service.api.settings import Settings
+
+    try:
+        return Settings.from_env(state_dir=args.state_dir, database_url=args.database_url,
+                                 database_schema=args.database_schema, **overrides)
+    except ValidationError as exc:
+        raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+
+
+# ---- apikey -----------------------------------------------------------------------------------------------
+
+
+def main_apikey(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tokenmill apikey", description="Create, list and revoke API keys "
+                                "(in the service's database; a key is shown once, at creation).")
+    p.add_argument("--state-dir")
+    _db_args(p)
+    sub = p.add_subparsers(dest="action", required=True)
+    c = sub.add_parser("create")
+    c.add_argument("--name", required=True, help="who or what uses it")
+    sub.add_parser("list")
+    r = sub.add_parser("revoke")
+    r.add_argument("key_id")
+    args = p.parse_args(argv)
+
+    from service.store import repo
+    from service.store.db import Database
+
+    try:
+        settings = _settings(args)
+        db = Database(settings.db_url, schema=settings.database_schema)
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        db.migrate()
+        with db.session() as s:
+            if args.action == "create":
+                key, token = repo.create_key(s, args.name)
+                print(token)
+                print(f"key {key.id} ({args.name}) created; it is shown only now: store it", file=sys.stderr)
+            elif args.action == "list":
+                for key in repo.list_keys(s):
+                    state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
+                    used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"
+                    print(f"{key.id}  {state:<24} used {used:<16}  {key.name}")
+            else:
+                key = repo.revoke_key(s, args.key_id)
+                print(f"key {key.id} ({key.name}) revoked")
+        db.dispose()
+    except repo.NotFound as exc:
+        return _err(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a database that cannot be reached: one line
+        return _err(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", EXIT_FAILURE)
+    return EXIT_OK
+
+
+# ---- HTTP commands ----------------------------------------------------------------------------------------
+
+
+def _http_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"tokenmill {prog}", description=description)
+    p.add_argument("--server", default=os.environ.get("TOKENMILL_SERVER", DEFAULT_SERVER))
+    p.add_argument("--api-key", default=os.environ.get("TOKENMILL_API_KEY"), help="default: $TOKENMILL_API_KEY")
+    return p
+
+
+class Api:
+    """A thin httpx client that turns HTTP errors into :class:`ClientError` lines."""
+
+    def __init__(self, server: str, api_key: str | None):
+        import httpx
+
+        if not api_key:
+            raise ClientError("no API key: pass --api-key or set TOKENMILL_API_KEY", EXIT_USAGE)
+        self.httpx = httpx
+        self.client = httpx.Client(base_url=server.rstrip("/"), timeout=TIMEOUT_S,
+                                   headers={"Authorization": f"Bearer {api_key}"})
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = self.client.request(method, path, **kw)
+        except self.httpx.HTTPError as exc:
+            raise ClientError(f"{self.client.base_url}: {exc}", EXIT_FAILURE) from None
+        _check(r)
+        return r
+
+    def events(self, job_id: str, after: int) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """``(id, event, data)`` of the job's server-sent events after ``after``, until the stream ends."""
+        headers = {"Last-Event-ID": str(after), "Accept": "text/event-stream"}
+        with self.client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers,
+                                timeout=self.httpx.Timeout(TIMEOUT_S, read=None)) as r:
+            if r.is_error:
+                r.read()
+                _check(r)
+            fields: dict[str, str] = {}
+            for line in r.iter_lines():
+                if not line:
+                    if "data" in fields:
+                        yield int(fields.get("id", after)), fields.get("event", "message"), json.loads(fields["data"])
+                    fields = {}
+                elif not line.startswith(":"):
+                    name, _, value = line.partition(":")
+                    fields[name] = value[1:] if value.startswith(" ") else value
+
+
+def _check(r: Any) -> None:
+    if r.status_code < 400:
+        return
+    try:
+        detail = r.json().get("detail")
+    except ValueError:
+        detail = r.text.strip()
+    if isinstance(detail, list):
+        lines = [f"{'.'.join(str(x) for x in p.get('loc', [])[1:]) or 'request'}: {p.get('msg')}" for p in detail]
+    else:
+        lines = [str(detail)]
+    msg = "\n".join(f"HTTP {r.status_code}: {line}" for line in lines)
+    raise ClientError(msg, EXIT_USAGE if r.status_code < 500 else EXIT_FAILURE)
+
+
+def _run(fn: Any) -> int:
+    try:
+        return fn()
+    except ClientError as exc:
+        return _err(str(exc), exc.code)
+    except KeyboardInterrupt:
+        return EXIT_CANCELLED
+
+
+def main_submit(argv: list[str]) -> int:
+    p = _http_parser("submit", "Submit a job spec (YAML or JSON; relative paths resolve against its folder). "
+                               "Prints the job's id.")
+    p.add_argument("spec")
+    p.add_argument("--idempotency-key", help="submitting again with this key returns the same job")
+    p.add_argument("--follow", action="store_true", help="then follow it to the end (as `tokenmill follow`)")
+    p.add_argument("--json", action="store_true", help="print the job as JSON")
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        from pipeline.spec import SpecError, load_spec
+
+        try:
+            spec = load_spec(args.spec)
+        except SpecError as exc:
+            return _err(str(exc))
+        api = Api(args.server, args.api_key)
+        headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+        job = api.request("POST", "/v1/jobs", json=spec.model_dump(mode="json"), headers=headers).json()
+        print(json.dumps(job, indent=2) if args.json else job["id"], flush=True)
+        return _follow(api, job["id"]) if args.follow else EXIT_OK
+
+    return _run(go)
+
+
+def main_status(argv: list[str]) -> int:
+    p = _http_parser("status", "A job's state and figures; without a job id, the latest jobs.")
+    p.add_argument("job_id", nargs="?")
+    p.add_argument("--state", action="append", default=[], help="only jobs in this state (repeat)")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        api = Api(args.server, args.api_key)
+        if args.job_id:
+            job = api.request("GET", f"/v1/jobs/{args.job_id}").json()
+            print(json.dumps(job, indent=2) if args.json else _describe(job))
+            return EXIT_OK
+        page = api.request("GET", "/v1/jobs", params={"state": args.state, "limit": args.limit}).json()
+        if args.json:
+            print(json.dumps(page, indent=2))
+        for job in [] if args.json else page["items"]:
+            err = f"  {job['error']['category']}: {job['error']['message']}" if job.get("error") else ""
+            print(f"{job['id']}  {job['state']:<10} attempt {job['attempt']}  {job['created_at'][:19]}  "
+                  f"{job['name']}{err}")
+        return EXIT_OK
+
+    return _run(go)
+
+
+def _describe(job: dict[str, Any]) -> str:
+    lines = [f"job        {job['id']} ({job['name']})", f"state      {job['state']}  attempt {job['attempt']}"]
+    if job.get("error"):
+        lines.append(f"error      {job['error']['category']}: {job['error']['message']}")
+    lines.append(f"output     {job['output_path']}")
+    if job.get("phase"):
+        lines.append(f"phase      {job['phase']}")
+    sh = job.get("shards") or {}
+    lines.append(f"shards     {sh.get('done', 0)} done ({sh.get('reused', 0)} kept from an earlier attempt)"
+                 f" of {sh.get('total') if sh.get('total') is not None else '?'}")
+    if job.get("tokens") is not None:
+        lines.append(f"tokens     {job['tokens']:,}  samples {job.get('samples') or 0:,}  "
+                     f"documents {job.get('documents') if job.get('documents') is not None else '?'}")
+    tp = job.get("throughput") or {}
+    if tp.get("docs_per_s") or tp.get("tokens_per_s"):
+        lines.append(f"throughput {tp.get('docs_per_s') or 0:,.1f} docs/s  {tp.get('tokens_per_s') or 0:,.1f} tokens/s")
+    for st in job.get("stages") or []:
+        dropped = ", ".join(f"{k} {v}" for k, v in (st.get("dropped") or {}).items())
+        lines.append(f"  {st['stage']:<24} in {st['docs_in']:>9,}  out {st['docs_out']:>9,}"
+                     + (f"  dropped: {dropped}" if dropped else ""))
+    if job.get("timings"):
+        lines.append("seconds    " + "  ".join(f"{k} {v:.1f}" for k, v in job["timings"].items()))
+    return "\n".join(lines)
+
+
+def main_cancel(argv: list[str]) -> int:
+    p = _http_parser("cancel", "Cancel a job (a running one stops within seconds; nothing is published).")
+    p.add_argument("job_id")
+    args = p.parse_args(argv)
+    return _run(lambda: _print_state(Api(args.server, args.api_key).request(
+        "POST", f"/v1/jobs/{args.job_id}/cancel").json()))
+
+
+def main_retry(argv: list[str]) -> int:
+    p = _http_parser("retry", "Queue a FAILED or CANCELLED job again; it resumes where it stopped.")
+    p.add_argument("job_id")
+    p.add_argument("--follow", action="store_true")
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        api = Api(args.server, args.api_key)
+        _print_state(api.request("POST", f"/v1/jobs/{args.job_id}/retry").json())
+        return _follow(api, args.job_id) if args.follow else EXIT_OK
+
+    return _run(go)
+
+
+def _print_state(job: dict[str, Any]) -> int:
+    print(f"{job['id']} {job['state']}", flush=True)
+    return EXIT_OK
+
+
+def main_logs(argv: list[str]) -> int:
+    p = _http_parser("logs", "A job process's log (its output and Ray's).")
+    p.add_argument("job_id")
+    p.add_argument("--attempt", type=int, help="default: the latest")
+    p.add_argument("--tail-bytes", type=int)
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        params = {k: v for k, v in (("attempt", args.attempt), ("tail_bytes", args.tail_bytes)) if v is not None}
+        sys.stdout.write(Api(args.server, args.api_key).request("GET", f"/v1/jobs/{args.job_id}/logs",
+                                                                params=params).text)
+        sys.stdout.flush()
+        return EXIT_OK
+
+    return _run(go)
+
+
+def main_follow(argv: list[str]) -> int:
+    p = _http_parser("follow", "Follow a job's events to its end; exits with its outcome.")
+    p.add_argument("job_id")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    return _run(lambda: _follow(Api(args.server, args.api_key), args.job_id, args.verbose))
+
+
+def _follow(api: Api, job_id: str, verbose: bool = False) -> int:
+    """Render the job's events (the same display as ``tokenmill run``) until it ends; reconnects with
+    Last-Event-ID when the stream breaks (a server restart)."""
+    from pipeline.job import events as ev
+    from service.progress import PREFIX, make_renderer
+
+    renderer = make_renderer(verbose=verbose)
+    last, final = 0, None
+    with renderer:
+        while final is None:
+            try:
+                for seq, kind, data in api.events(job_id, last):
+                    last = seq
+                    if kind == "state":
+                        msg = f" ({data['message']})" if data.get("message") else ""
+                        print(f"{PREFIX} job {job_id}: {data['state']}, attempt {data.get('attempt')}{msg}",
+                              file=sys.stderr, flush=True)
+                        final = data if data["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+                    elif kind in ev.EVENT_TYPES:
+                        renderer(ev.from_dict(data))
+            except api.httpx.TransportError as exc:
+                print(f"{PREFIX} stream interrupted ({exc}); reconnecting", file=sys.stderr, flush=True)
+                time.sleep(RECONNECT_S)
+                continue
+            if final is None:  # the server ended the stream without a final state: ask again
+                time.sleep(RECONNECT_S)
+    if final["state"] == "SUCCEEDED":
+        return EXIT_OK
+    if final["state"] == "CANCELLED":
+        return EXIT_CANCELLED
+    return EXIT_USAGE if final.get("category") in ("validation", "input") else EXIT_FAILURE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m service.client COMMAND ...``: the same commands without the ``tokenmill`` entry point."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {name[len("main_"):]: fn for name, fn in globals().items() if name.startswith("main_")}
+    if not argv or argv[0] not in commands:
+        print(f"usage: python -m service.client {{{','.join(sorted(commands))}}} ...", file=sys.stderr)
+        return EXIT_USAGE
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["main_apikey", "main_cancel", "main_follow", "main_logs", "main_retry", "main_serve", "main_status",
+           "main_submit"]

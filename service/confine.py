@@ -1,0 +1,138 @@
+"""Which files a job submitted over the API may read and write: configured roots, checked on resolved paths.
+
+The API checks a spec before it accepts it, and the job process checks it again just before it runs (the
+filesystem may have changed in between). Rules:
+
+- every path is absolute and has no ``..`` component (a spec over HTTP has no folder to be relative to);
+- what a job reads (each input path or glob, ``tokenizer.path``, each stage's path parameters such as
+  ``dedup_against``) must resolve (symlinks followed) inside a read root: the input roots or the output
+  roots, since a job may read what an earlier job wrote (``format: documents``, a dedup index);
+- for a glob or a folder, the fixed leading folders must resolve inside a root, and so must every file it
+  matches now, so a symlink inside a root that points elsewhere (``/data/link -> /etc``) is refused;
+- the output folder must resolve strictly inside an output root (never the root itself).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: at most this many offending files are named per input (the first ones are enough to fix the spec)
+MAX_NAMED = 5
+
+
+@dataclass(frozen=True)
+class Roots:
+    read: tuple[Path, ...]
+    write: tuple[Path, ...]
+
+    @classmethod
+    def of(cls, input_roots: Iterable[str | os.PathLike[str]],
+           output_roots: Iterable[str | os.PathLike[str]]) -> Roots:
+        outs = tuple(_real(p) for p in output_roots)
+        ins = tuple(_real(p) for p in input_roots)
+        return cls(read=tuple(dict.fromkeys(ins + outs)), write=outs)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"read": [str(p) for p in self.read], "write": [str(p) for p in self.write]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Roots:
+        return cls(read=tuple(Path(p) for p in data["read"]), write=tuple(Path(p) for p in data["write"]))
+
+
+@dataclass(frozen=True)
+class PathProblem:
+    """One refused path: ``loc`` is its field path in the spec (``("inputs", 0, "path")``)."""
+
+    loc: tuple[str | int, ...]
+    msg: str
+
+    def __str__(self) -> str:
+        return f"{'.'.join(str(p) for p in self.loc)}: {self.msg}"
+
+
+def problems(spec: Any, roots: Roots, expand: bool = True) -> list[PathProblem]:
+    """Every path of ``spec`` (a :class:`pipeline.spec.JobSpec`) that falls outside ``roots``."""
+    from pipeline.stages import stage_class
+
+    found: list[PathProblem] = []
+    for i, inp in enumerate(spec.inputs):
+        found += _check_read(("inputs", i, "path"), inp.path, roots, expand)
+    if spec.tokenizer is not None and spec.tokenizer.path:
+        found += _check_read(("tokenizer", "path"), spec.tokenizer.path, roots, expand=False)
+    for i, stage in enumerate(spec.stages):
+        for param in stage_class(stage.type).path_params:
+            value = stage.params.get(param)
+            values = value if isinstance(value, list) else [value]
+            for k, v in enumerate(values):
+                if isinstance(v, str) and v:
+                    loc = ("stages", i, "params", param) + ((k,) if isinstance(value, list) else ())
+                    found += _check_read(loc, v, roots, expand)
+    found += _check_write(("output", "path"), spec.output.path, roots)
+    return found
+
+
+def _real(path: str | os.PathLike[str]) -> Path:
+    return Path(os.path.realpath(os.fspath(path)))
+
+
+def _inside(path: Path, roots: Sequence[Path], strictly: bool = False) -> bool:
+    return any(path.is_relative_to(root) and not (strictly and path == root) for root in roots)
+
+
+def _shape(loc: tuple[str | int, ...], raw: str) -> PathProblem | None:
+    if "\0" in raw:
+        return PathProblem(loc, "contains a NUL byte")
+    if not os.path.isabs(raw):
+        return PathProblem(loc, f"{raw!r} must be an absolute path (the server resolves no relative path or ~)")
+    if ".." in Path(raw).parts:
+        return PathProblem(loc, f"{raw!r} may not contain '..'")
+    return None
+
+
+def _static_root(raw: str) -> tuple[str, bool]:
+    """The fixed leading folders of a glob and whether it is one (``/d/*/x.jsonl`` -> ``/d``)."""
+    parts = Path(raw).parts
+    for i, part in enumerate(parts):
+        if glob.has_magic(part):
+            return str(Path(*parts[:i])), True
+    return raw, False
+
+
+def _names(roots: Sequence[Path]) -> str:
+    return ", ".join(str(r) for r in roots) or "none configured"
+
+
+def _check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool) -> list[PathProblem]:
+    bad = _shape(loc, raw)
+    if bad:
+        return [bad]
+    root, is_glob = _static_root(raw)
+    real = _real(root)
+    if not _inside(real, roots.read):
+        where = f"{root!r} resolves to {str(real)!r}, which is" if str(real) != root else f"{root!r} is"
+        return [PathProblem(loc, f"{where} outside the readable roots ({_names(roots.read)})")]
+    if not expand or not (is_glob or real.is_dir()):
+        return []
+    from pipeline.readers.paths import expand_path
+
+    outside = [p for p in expand_path(raw) if not _inside(_real(p), roots.read)]
+    return [PathProblem(loc, f"{p!r} resolves to {str(_real(p))!r}, outside the readable roots "
+                             f"({_names(roots.read)})") for p in outside[:MAX_NAMED]]
+
+
+def _check_write(loc: tuple[str | int, ...], raw: str, roots: Roots) -> list[PathProblem]:
+    bad = _shape(loc, raw)
+    if bad:
+        return [bad]
+    real = _real(raw)
+    if _inside(real, roots.write, strictly=True):
+        return []
+    where = f"{raw!r} resolves to {str(real)!r}, which is not" if str(real) != raw.rstrip("/") else f"{raw!r} is not"
+    return [PathProblem(loc, f"{where} inside an output root ({_names(roots.write)}; the root itself is not "
+                             "allowed)")]

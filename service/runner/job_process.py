@@ -1,0 +1,137 @@
+"""One attempt of one job, in its own process: ``python -m service.runner.job_process --run-dir DIR``.
+
+The supervisor starts it in a new session with stdout and stderr going to ``DIR/job.log``; it never
+touches the database. It reads ``DIR/run.json`` (the spec, with the service's Ray address, and the roots
+its paths must stay in), checks the spec again (the files may have changed since it was accepted), runs
+the job engine (which starts a local Ray, or joins the configured cluster, and routes Ray's own output
+into the same log) and appends every engine event to ``DIR/events.jsonl``, the terminal one fsynced, so
+the supervisor (this service or a restarted one) learns the outcome from the file, even when it is not
+this process's parent and cannot read its exit code.
+
+SIGTERM (the supervisor's cancel) or SIGINT cancels: the engine cancels its Ray work, publishes nothing
+and reports ``job_failed`` with category ``cancelled``; a second signal exits at once. Exit codes follow
+``tokenmill run``: 0 done, 1 a failure of the program or the machine, 2 a bad spec or input, 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pipeline.job import events as ev
+from pipeline.job.signals import cancel_on_signals
+from pipeline.job.state import JsonlLog
+
+RUN_FILE = "run.json"
+EVENTS_FILE = "events.jsonl"
+LOG_FILE = "job.log"
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+TERMINAL_EVENTS = frozenset({ev.JobFinished.type, ev.JobFailed.type})
+
+
+class EventFile:
+    """The engine's event sink: one JSON line per event; the terminal event is fsynced before the exit."""
+
+    def __init__(self, path: Path):
+        self._log = JsonlLog(path)
+        self.terminal: str | None = None
+
+    def __call__(self, event: ev.Event) -> None:
+        final = event.type in TERMINAL_EVENTS
+        self._log.append(ev.to_dict(event), sync=final)
+        if final:
+            self.terminal = event.type
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def admit(run: dict[str, Any]) -> Any:
+    """The run's spec, checked as the API checked it: schema, roots, files. Raises ``AdmissionError``."""
+    from pipeline.preflight import problems as preflight_problems
+    from pipeline.spec import SpecError, parse_spec
+    from service.confine import Roots
+    from service.confine import problems as path_problems
+
+    try:
+        spec = parse_spec(run["spec"])
+    except SpecError as exc:
+        raise AdmissionError(str(exc), "validation") from None
+    if run.get("roots") is not None:
+        refused = path_problems(spec, Roots.from_json(run["roots"]))
+        if refused:
+            raise AdmissionError("\n".join(str(p) for p in refused), "validation")
+    found = preflight_problems(spec)
+    if found:
+        raise AdmissionError("\n".join(found), "input")
+    return spec
+
+
+class AdmissionError(ValueError):
+    def __init__(self, message: str, category: str):
+        super().__init__(message)
+        self.category = category
+
+
+def run_attempt(run_dir: Path) -> int:
+    from pipeline.job.engine import Job, JobCancelled, JobError
+    from pipeline.tokenize import TokenizerError
+
+    sink = EventFile(run_dir / EVENTS_FILE)
+    try:
+        run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        print(f"tokenmill job {run.get('job_id')} attempt {run.get('attempt')}: pid {os.getpid()}", flush=True)
+        try:
+            spec = admit(run)
+        except AdmissionError as exc:
+            sink(ev.JobFailed(category=exc.category, message=str(exc)))  # type: ignore[arg-type]
+            return EXIT_USAGE
+        job = Job(spec, on_event=sink, log_path=str(run_dir / LOG_FILE))
+        with cancel_on_signals(job):
+            try:
+                job.run()
+                return EXIT_OK
+            except JobCancelled:
+                return EXIT_CANCELLED
+            except JobError as exc:
+                return EXIT_USAGE if exc.category in ("validation", "input") else EXIT_FAILURE
+            except TokenizerError as exc:  # a tokenizer that does not fit the spec: the CLI's exit 2 too
+                sink(ev.JobFailed(category="validation", message=str(exc), phase=job.phase))
+                return EXIT_USAGE
+    except KeyboardInterrupt:  # a signal outside the engine's own handling
+        if sink.terminal is None:
+            sink(ev.JobFailed(category="cancelled", message="cancelled"))
+        return EXIT_CANCELLED
+    except SystemExit as exc:
+        # ray.init installs its own SIGTERM handler (sys.exit(signum)) while it starts the node: a cancel then
+        if exc.code not in (signal.SIGTERM, signal.SIGINT):
+            raise
+        if sink.terminal is None:
+            sink(ev.JobFailed(category="cancelled", message="cancelled while Ray was starting"))
+        return EXIT_CANCELLED
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the outcome must reach the events file
+        traceback.print_exc()
+        if sink.terminal is None:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            sink(ev.JobFailed(category="app", message=f"{type(exc).__name__}: {first}"))
+        return EXIT_FAILURE
+    finally:
+        sink.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m service.runner.job_process", description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", required=True, help="the attempt's folder (run.json in, events.jsonl and job.log out)")
+    args = p.parse_args(argv)
+    return run_attempt(Path(args.run_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

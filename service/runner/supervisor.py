@@ -1,0 +1,361 @@
+"""The supervisor: starts queued jobs within a concurrency limit and reconciles running ones with reality.
+
+One thread per service, and one service per state folder at a time (an ``flock`` on
+``STATE/supervisor.lock``: extra API workers, or a second service on the same folder, serve requests but
+leave the jobs to the holder; if it dies, another takes over). Every ``poll_s`` (or at once when the API
+wakes it) a tick does:
+
+1. **reconcile** each RUNNING / CANCELLING job: find its process (pid + start time + command line; see
+   :mod:`service.runner.process`), store the new lines of its ``events.jsonl`` as job events and fold
+   them into the job's summary, deliver a cancel (SIGTERM once, SIGKILL to its group after
+   ``cancel_grace_s``), and when the process is gone decide the outcome from its terminal event:
+   ``job_finished`` -> SUCCEEDED, ``job_failed`` -> FAILED(category) or CANCELLED. A process that died
+   without one (SIGKILL, a crash, the machine) is *lost*: the job goes back to the front of the queue and
+   its next attempt resumes the output's work (finished phases and shards kept), up to ``max_lost``
+   times in a row; a job being cancelled becomes CANCELLED.
+2. **schedule**: start the oldest QUEUED jobs while fewer than ``max_running`` run, skipping (for now)
+   a job whose output folder a running job holds.
+
+Nothing here keeps state that a restart would lose: a job that was running when the service died is
+found again by the next service's first tick (re-attached if its process is alive, resumed if not), and
+the engine's lock on the output folder is the last guard against two processes of one job.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.confine import Roots
+from service.runner import process
+from service.runner.job_process import EVENTS_FILE, LOG_FILE, RUN_FILE
+from service.runner.summary import fold, with_stats
+from service.store import repo
+from service.store.db import Database
+from service.store.models import ACTIVE, Attempt, Job, JobState, utcnow
+
+log = logging.getLogger("tokenmill.supervisor")
+
+#: bytes of one events file read per transaction (a tick catches up over several)
+INGEST_CHUNK = 1 << 20
+
+
+@dataclass
+class RunnerConfig:
+    """What the supervisor needs from the service's settings."""
+
+    state_dir: Path
+    #: jobs running at once. 1 by default: a local job starts a Ray node sized to every CPU of the machine
+    #: (``ray.init`` without ``num_cpus``), so two at once would only compete; raise it with a cluster or ``job_cpus``
+    max_running: int = 1
+    #: Ray address every job runs on (None: each job process starts its own local Ray)
+    ray_address: str | None = None
+    #: CPUs of each job's local Ray node when its spec leaves ``execution.num_cpus`` out
+    job_cpus: int | None = None
+    roots: Roots | None = None
+    job_command: tuple[str, ...] = (sys.executable, "-m", "service.runner.job_process")
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: attempts in a row that may die without a result before the job is FAILED(infra) instead of resumed
+    max_lost: int = 3
+    #: seconds between the cancel's SIGTERM and a SIGKILL to the job's process group. The engine stops within
+    #: seconds of SIGTERM (README, "Cancel"); a minute leaves room for a slow Ray shutdown
+    cancel_grace_s: float = 60.0
+    poll_s: float = 0.5
+
+    def jobs_dir(self) -> Path:
+        return self.state_dir / "jobs"
+
+    def run_dir(self, job_id: str, attempt: int) -> str:
+        return str(self.jobs_dir() / job_id / f"attempt-{attempt}")
+
+
+class Supervisor:
+    def __init__(self, db: Database, config: RunnerConfig):
+        self.db = db
+        self.config = config
+        self._children: dict[int, Any] = {}  # pid -> Popen of the processes this supervisor started
+        self._known: set[tuple[str, int]] = set()  # attempts this supervisor has seen (to note a re-attach once)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock_fd: int | None = None
+        self.host = socket.gethostname()
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.config.jobs_dir().mkdir(parents=True, exist_ok=True)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="tokenmill-supervisor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop supervising; the job processes keep running (the next service re-attaches to them)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def leading(self) -> bool:
+        """Whether this process holds the supervisor lock (and so runs the jobs)."""
+        return self._lock_fd is not None
+
+    def _try_lead(self) -> bool:
+        if self._lock_fd is not None:
+            return True
+        fd = os.open(self.config.state_dir / "supervisor.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        log.info("supervising jobs (state folder %s)", self.config.state_dir)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._try_lead():
+                    self.tick()
+            except Exception:  # noqa: BLE001 - a bad tick (the database away) must not end supervision
+                log.exception("supervisor tick failed; retrying")
+            self._wake.wait(self.config.poll_s)
+            self._wake.clear()
+
+    def tick(self) -> None:
+        self.reconcile()
+        self.schedule()
+
+    # ---- reconcile ---------------------------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        with self.db.session() as s:
+            ids = [j.id for j in repo.active_jobs(s)]
+        for job_id in ids:
+            while self._reconcile_job(job_id):
+                pass
+
+    def _reconcile_job(self, job_id: str) -> bool:
+        """One step for one active job; True when there is more to do at once (a long events file)."""
+        with self.db.session() as s:
+            job = repo.lock_job(s, job_id)
+            if job.state not in ACTIVE:
+                return False
+            att = repo.current_attempt(s, job)
+            if att is None:
+                repo.transition(s, job, JobState.FAILED, category="app", message="no attempt record for a running job")
+                return False
+            if att.pid is None:  # the service died between starting the process and recording it
+                ref = process.find(att.run_dir)
+                if ref is not None:
+                    att.pid, att.proc_started = ref.pid, ref.started
+            alive = self._alive(att)
+            self._note_reattach(s, job, att, alive)
+            more = self._ingest(s, job, att)
+            if alive:
+                if job.state == JobState.CANCELLING:
+                    self._deliver_cancel(att)
+                return more
+            if more:
+                return True  # the whole file first: the outcome is its last line
+            self._finish(s, job, att, self._reap(att.pid))
+            return False
+
+    def _alive(self, att: Attempt) -> bool:
+        if att.pid is None:
+            return False
+        child = self._children.get(att.pid)
+        if child is not None:
+            return child.poll() is None
+        return process.is_alive(att.pid, att.proc_started, att.run_dir)
+
+    def _reap(self, pid: int | None) -> int | None:
+        child = self._children.pop(pid, None) if pid is not None else None
+        return child.returncode if child is not None else None
+
+    def _note_reattach(self, s: Session, job: Job, att: Attempt, alive: bool) -> None:
+        key = (job.id, att.number)
+        if key in self._known:
+            return
+        self._known.add(key)
+        if alive and att.pid not in self._children:
+            self._log_event(s, job, f"re-attached to the job process (pid {att.pid}) of attempt {att.number}")
+
+    def _deliver_cancel(self, att: Attempt) -> None:
+        assert att.pid is not None
+        now = utcnow()
+        if att.cancel_sent_at is None:
+            process.terminate(att.pid)
+            att.cancel_sent_at = now
+        elif now - att.cancel_sent_at > timedelta(seconds=self.config.cancel_grace_s):
+            process.kill_group(att.pid)
+
+    def _ingest(self, s: Session, job: Job, att: Attempt) -> bool:
+        """Store the complete new lines of the attempt's events file; True when more remain."""
+        path = Path(att.run_dir) / EVENTS_FILE
+        try:
+            with open(path, "rb") as f:
+                f.seek(att.events_offset)
+                chunk = f.read(INGEST_CHUNK)
+        except FileNotFoundError:
+            return False
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return False
+        records = []
+        for line in chunk[: end + 1].splitlines():
+            try:
+                rec = json.loads(line)
+                if not isinstance(rec, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                rec = {"type": "log", "level": "warning", "message": "an unreadable event line was skipped"}
+            records.append(rec)
+        repo.append_events(s, job, att.number, records)
+        summary = dict(job.summary or {})
+        for rec in records:
+            summary = fold(summary, rec)
+        job.summary = summary
+        job.updated_at = utcnow()
+        att.events_offset += end + 1
+        return len(chunk) == INGEST_CHUNK
+
+    def _finish(self, s: Session, job: Job, att: Attempt, exit_code: int | None) -> None:
+        att.ended_at = utcnow()
+        att.exit_code = exit_code
+        final = repo.last_event(s, job.id, att.number, ("job_finished", "job_failed"))
+        if final is not None and final.type == "job_finished":
+            att.outcome = "succeeded"
+            job.summary = with_stats(job.summary or {}, _read_stats(job.output_path))
+            repo.transition(s, job, JobState.SUCCEEDED)
+        elif final is not None:
+            category, message = final.data.get("category") or "app", final.data.get("message")
+            if category == "cancelled":
+                att.outcome = "cancelled"
+                repo.transition(s, job, JobState.CANCELLED, message=message)
+            else:
+                att.outcome = "failed"
+                repo.transition(s, job, JobState.FAILED, category=category, message=message)
+        else:
+            att.outcome = "lost"
+            how = f"exit code {exit_code}" if exit_code is not None else "no result"
+            lost = _trailing_lost(repo.attempts_of(s, job.id))
+            if job.cancel_requested:
+                repo.transition(s, job, JobState.CANCELLED,
+                                message=f"the job process ended before it reported its cancel ({how})")
+            elif lost < self.config.max_lost:
+                repo.transition(s, job, JobState.QUEUED,
+                                message=f"attempt {att.number} ended without a result ({how}); resuming")
+            else:
+                repo.transition(s, job, JobState.FAILED, category="infra",
+                                message=f"the job process ended without a result {lost} times in a row ({how}); "
+                                        f"see GET /v1/jobs/{job.id}/logs")
+        self.wake()  # a slot is free
+
+    def _log_event(self, s: Session, job: Job, message: str) -> None:
+        import time
+
+        repo.append_events(s, job, job.attempt,
+                           [{"type": "log", "ts": time.time(), "level": "info", "message": message,
+                             "source": "service"}])
+
+    # ---- schedule ----------------------------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        with self.db.session() as s:
+            active = repo.active_jobs(s)
+            free = self.config.max_running - len(active)
+            if free <= 0:
+                return
+            busy = {os.path.realpath(j.output_path) for j in active}
+            chosen = []
+            for job in repo.queued_jobs(s):
+                out = os.path.realpath(job.output_path)
+                if out in busy:
+                    continue
+                busy.add(out)
+                chosen.append(job.id)
+                if len(chosen) == free:
+                    break
+        for job_id in chosen:
+            self._launch(job_id)
+
+    def _launch(self, job_id: str) -> None:
+        with self.db.session() as s:
+            try:
+                job, att = repo.start_attempt(s, job_id, run_dir=self.config.run_dir, host=self.host)
+            except repo.Conflict:  # cancelled in the meantime
+                return
+            run = {"job_id": job.id, "attempt": att.number, "spec": self._spec_for_run(job.spec),
+                   "roots": self.config.roots.to_json() if self.config.roots else None}
+            run_dir, number = Path(att.run_dir), att.number
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / RUN_FILE).write_text(json.dumps(run, indent=1), encoding="utf-8")
+            child = process.start(self.config.job_command, run_dir, run_dir / LOG_FILE,
+                                  {**os.environ, **self.config.env})
+        except OSError as exc:
+            with self.db.session() as s:
+                job = repo.lock_job(s, job_id)
+                repo.get_attempt(s, job_id, number).outcome = "failed"
+                repo.transition(s, job, JobState.FAILED, category="infra",
+                                message=f"cannot start the job process: {exc}")
+            return
+        self._children[child.pid] = child
+        self._known.add((job_id, number))
+        started = process.start_time(child.pid)
+        with self.db.session() as s:
+            att = repo.get_attempt(s, job_id, number)
+            att.pid, att.proc_started = child.pid, started
+        log.info("job %s attempt %d: pid %d", job_id, number, child.pid)
+
+    def _spec_for_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The stored spec with the service's execution settings: its Ray address, its default CPUs."""
+        spec = json.loads(json.dumps(spec))
+        ex = spec.setdefault("execution", {})
+        ex["address"] = self.config.ray_address
+        if self.config.job_cpus and not ex.get("num_cpus") and not self.config.ray_address:
+            ex["num_cpus"] = self.config.job_cpus
+        return spec
+
+
+def _trailing_lost(attempts: Any) -> int:
+    n = 0
+    for att in reversed(list(attempts)):
+        if att.outcome != "lost":
+            break
+        n += 1
+    return n
+
+
+def _read_stats(output_path: str) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(output_path) / "stats.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,1 @@
+"""The control plane's state in SQL: ``db`` (engine, migrations), ``models`` (tables), ``repo`` (queries)."""

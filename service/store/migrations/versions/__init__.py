@@ -1,0 +1,1 @@
+"""Alembic revisions, one file each; ``down_revision`` chains them."""

@@ -1,0 +1,444 @@
+"""Every query and state change of the control plane, as functions of a :class:`~sqlalchemy.orm.Session`.
+
+Writers of a job lock its row first (``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite every transaction
+already holds the write lock), so the API (cancel, retry) and the supervisor (start, finish) never
+interleave on one job, and the per-job event numbering has no gaps or repeats. Each state change is
+checked against :data:`service.store.models.TRANSITIONS` and recorded as a ``state`` event in the same
+transaction, so the event stream always agrees with the row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service import auth
+from service.store.models import (
+    ACTIVE,
+    CONSUMED,
+    TERMINAL,
+    TRANSITIONS,
+    ApiKey,
+    Attempt,
+    Job,
+    JobEvent,
+    JobState,
+    RunState,
+    Schedule,
+    ScheduleRun,
+    ScheduleVersion,
+    utcnow,
+)
+
+#: a key's ``last_used_at`` is refreshed at most this often, so authenticating is not a write per request
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Conflict(RuntimeError):
+    """The request does not fit the job's state (cancel a finished job, retry a running one)."""
+
+
+class IdempotencyConflict(Conflict):
+    """An Idempotency-Key reused with a different spec."""
+
+
+def request_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# ---- jobs ------------------------------------------------------------------------------------------------
+
+
+def create_job(s: Session, spec: dict[str, Any], *, name: str, spec_hash: str, output_path: str,
+               idempotency_key: str | None = None, api_key_id: str | None = None) -> tuple[Job, bool]:
+    """A new QUEUED job, or ``(existing, False)`` when this key (per API key) was used before with the same spec."""
+    digest = request_hash(spec)
+    scoped = f"{api_key_id or '-'}:{idempotency_key}" if idempotency_key else None
+    if scoped is not None:
+        existing = _by_idempotency(s, scoped, digest)
+        if existing is not None:
+            return existing, False
+    job = Job(id=secrets.token_hex(8), name=name, state=JobState.QUEUED, spec=spec, spec_hash=spec_hash,
+              output_path=output_path, idempotency_key=scoped, request_hash=digest, api_key_id=api_key_id,
+              attempt=0, cancel_requested=False, summary={}, event_seq=0)
+    try:
+        with s.begin_nested():  # a concurrent request with the same key: the unique index decides
+            s.add(job)
+            s.flush()
+    except IntegrityError:
+        existing = _by_idempotency(s, scoped, digest) if scoped else None
+        if existing is None:
+            raise
+        return existing, False
+    _state_event(s, job)
+    return job, True
+
+
+def _by_idempotency(s: Session, scoped: str, digest: str) -> Job | None:
+    job = s.scalars(select(Job).where(Job.idempotency_key == scoped)).one_or_none()
+    if job is not None and job.request_hash != digest:
+        raise IdempotencyConflict("Idempotency-Key: already used for another spec (job "
+                                  f"{job.id}); use a new key for a new job")
+    return job
+
+
+def get_job(s: Session, job_id: str) -> Job:
+    job = s.scalars(select(Job).where(Job.id == job_id)).one_or_none()
+    if job is None:
+        raise NotFound(f"no job {job_id!r}")
+    return job
+
+
+def lock_job(s: Session, job_id: str) -> Job:
+    """The job's row, locked for this transaction and re-read (never a stale copy from the session)."""
+    stmt = select(Job).where(Job.id == job_id).with_for_update().execution_options(populate_existing=True)
+    job = s.scalars(stmt).one_or_none()
+    if job is None:
+        raise NotFound(f"no job {job_id!r}")
+    return job
+
+
+def list_jobs(s: Session, *, states: Iterable[str] = (), name: str | None = None,
+              created_after: datetime | None = None, created_before: datetime | None = None,
+              before_seq: int | None = None, limit: int = 50) -> list[Job]:
+    """Newest first; ``before_seq`` is the cursor (the ``seq`` of the last job of the previous page)."""
+    stmt = select(Job).order_by(Job.seq.desc()).limit(limit)
+    states = list(states)
+    if states:
+        stmt = stmt.where(Job.state.in_(states))
+    if name is not None:
+        stmt = stmt.where(Job.name == name)
+    if created_after is not None:
+        stmt = stmt.where(Job.created_at > created_after)
+    if created_before is not None:
+        stmt = stmt.where(Job.created_at < created_before)
+    if before_seq is not None:
+        stmt = stmt.where(Job.seq < before_seq)
+    return list(s.scalars(stmt))
+
+
+def transition(s: Session, job: Job, to: JobState, *, category: str | None = None,
+               message: str | None = None) -> None:
+    """Move a locked job to ``to`` (refused unless the lifecycle allows it) and record the change."""
+    current = JobState(job.state)
+    if to not in TRANSITIONS[current]:
+        raise Conflict(f"job {job.id} is {current}; it cannot become {to}")
+    now = utcnow()
+    job.state = to
+    job.updated_at = now
+    if to == JobState.RUNNING and job.started_at is None:
+        job.started_at = now
+    if to in TERMINAL:
+        job.finished_at = now
+    if to == JobState.FAILED:
+        job.failure_category, job.error_message = category or "app", message
+    elif to == JobState.CANCELLED:
+        job.failure_category, job.error_message = "cancelled", message
+    _state_event(s, job, category=category if to == JobState.FAILED else None, message=message)
+
+
+def cancel_job(s: Session, job_id: str) -> Job:
+    """QUEUED -> CANCELLED at once; RUNNING -> CANCELLING (the supervisor signals the process); a job
+    already cancelling is left as it is; a finished one is a :class:`Conflict`."""
+    job = lock_job(s, job_id)
+    state = JobState(job.state)
+    if state == JobState.QUEUED:
+        transition(s, job, JobState.CANCELLED, message="cancelled before it started")
+    elif state == JobState.RUNNING:
+        job.cancel_requested = True
+        transition(s, job, JobState.CANCELLING)
+    elif state != JobState.CANCELLING:
+        raise Conflict(f"job {job.id} is {state}: nothing to cancel")
+    return job
+
+
+def retry_job(s: Session, job_id: str) -> Job:
+    """FAILED or CANCELLED -> QUEUED, behind the jobs queued now; its next attempt resumes the output's work."""
+    job = lock_job(s, job_id)
+    if JobState(job.state) not in (JobState.FAILED, JobState.CANCELLED):
+        raise Conflict(f"job {job.id} is {job.state}; only a FAILED or CANCELLED job can be retried")
+    job.cancel_requested = False
+    job.failure_category = job.error_message = job.finished_at = None
+    job.queued_at = utcnow()
+    transition(s, job, JobState.QUEUED, message="retried")
+    return job
+
+
+def queued_jobs(s: Session, limit: int = 100) -> Sequence[Job]:
+    """The queue, first come first."""
+    stmt = select(Job).where(Job.state == JobState.QUEUED).order_by(Job.queued_at, Job.seq).limit(limit)
+    return s.scalars(stmt).all()
+
+
+def active_jobs(s: Session) -> Sequence[Job]:
+    return s.scalars(select(Job).where(Job.state.in_(list(ACTIVE))).order_by(Job.seq)).all()
+
+
+# ---- attempts --------------------------------------------------------------------------------------------
+
+
+def start_attempt(s: Session, job_id: str, *, run_dir: Callable[[str, int], str], host: str) -> tuple[Job, Attempt]:
+    """QUEUED -> RUNNING as attempt ``n + 1``; the process is recorded by :func:`set_process` once started."""
+    job = lock_job(s, job_id)
+    if job.state != JobState.QUEUED:
+        raise Conflict(f"job {job_id} is {job.state}, not QUEUED")
+    job.attempt += 1
+    job.summary = {"attempt": job.attempt}  # the figures shown are the latest attempt's
+    attempt = Attempt(job_id=job.id, number=job.attempt, run_dir=run_dir(job.id, job.attempt),
+                      host=host, events_offset=0)
+    s.add(attempt)
+    transition(s, job, JobState.RUNNING)
+    s.flush()
+    return job, attempt
+
+
+def current_attempt(s: Session, job: Job) -> Attempt | None:
+    if job.attempt == 0:
+        return None
+    stmt = select(Attempt).where(Attempt.job_id == job.id, Attempt.number == job.attempt)
+    return s.scalars(stmt).one_or_none()
+
+
+def attempts_of(s: Session, job_id: str) -> Sequence[Attempt]:
+    return s.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)).all()
+
+
+def get_attempt(s: Session, job_id: str, number: int) -> Attempt:
+    attempt = s.scalars(select(Attempt).where(Attempt.job_id == job_id, Attempt.number == number)).one_or_none()
+    if attempt is None:
+        raise NotFound(f"job {job_id!r} has no attempt {number}")
+    return attempt
+
+
+# ---- events ----------------------------------------------------------------------------------------------
+
+
+def append_events(s: Session, job: Job, attempt: int, records: Sequence[dict[str, Any]]) -> list[JobEvent]:
+    """Store ``records`` (each ``{"type", "ts", ...}``) as the job's next events; ``job`` must be locked."""
+    rows = []
+    for rec in records:
+        job.event_seq += 1
+        rows.append(JobEvent(job_id=job.id, seq=job.event_seq, attempt=attempt, type=str(rec.get("type", "?"))[:32],
+                             ts=float(rec.get("ts") or time.time()), data=dict(rec)))
+    s.add_all(rows)
+    return rows
+
+
+def events_after(s: Session, job_id: str, after_seq: int = 0, limit: int = 500) -> Sequence[JobEvent]:
+    stmt = (select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.seq > after_seq)
+            .order_by(JobEvent.seq).limit(limit))
+    return s.scalars(stmt).all()
+
+
+def last_event(s: Session, job_id: str, attempt: int, types: Sequence[str]) -> JobEvent | None:
+    """The attempt's latest event of one of ``types`` (e.g. its terminal ``job_finished`` / ``job_failed``)."""
+    stmt = (select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.attempt == attempt, JobEvent.type.in_(types))
+            .order_by(JobEvent.seq.desc()).limit(1))
+    return s.scalars(stmt).one_or_none()
+
+
+def _state_event(s: Session, job: Job, *, category: str | None = None, message: str | None = None) -> None:
+    rec: dict[str, Any] = {"type": "state", "ts": time.time(), "state": str(job.state), "attempt": job.attempt}
+    if category:
+        rec["category"] = category
+    if message:
+        rec["message"] = message
+    append_events(s, job, job.attempt, [rec])
+
+
+# ---- API keys --------------------------------------------------------------------------------------------
+
+
+def create_key(s: Session, name: str) -> tuple[ApiKey, str]:
+    """A new key and its token (shown once: only its hash is kept)."""
+    new = auth.generate()
+    key = ApiKey(id=new.id, name=name, secret_hash=new.secret_hash)
+    s.add(key)
+    s.flush()
+    return key, new.token
+
+
+def list_keys(s: Session) -> Sequence[ApiKey]:
+    return s.scalars(select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)).all()
+
+
+def revoke_key(s: Session, key_id: str) -> ApiKey:
+    key = s.get(ApiKey, key_id)
+    if key is None:
+        raise NotFound(f"no API key {key_id!r}")
+    if key.revoked_at is None:
+        key.revoked_at = utcnow()
+    return key
+
+
+def authenticate(s: Session, token: str) -> ApiKey | None:
+    """The live key ``token`` is, else None (malformed, unknown, wrong secret, revoked)."""
+    parsed = auth.parse(token)
+    if parsed is None:
+        return None
+    key = s.get(ApiKey, parsed[0])
+    if key is None or key.revoked_at is not None or not auth.matches(parsed[1], key.secret_hash):
+        return None
+    now = utcnow()
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        key.last_used_at = now
+    return key
+
+
+# ---- schedules -------------------------------------------------------------------------------------------
+# A schedule's writers (the API's pause/resume/update/delete, the scheduler's fire and settle) lock its row
+# first, as jobs' writers do, so a firing and a pause never interleave.
+
+
+def create_schedule(s: Session, *, name: str, cron: str, timezone: str, overlap: str, paused: bool,
+                    spec: dict[str, Any], output_path: str, next_fire_at: datetime | None,
+                    api_key_id: str | None = None) -> Schedule:
+    sched = Schedule(id=secrets.token_hex(8), name=name, cron=cron, timezone=timezone, overlap=overlap,
+                     paused=paused, spec=spec, output_path=output_path, api_key_id=api_key_id,
+                     next_fire_at=None if paused else next_fire_at, pending_fire_at=None, run_seq=0)
+    try:
+        with s.begin_nested():  # two schedules on one folder: the unique index decides
+            s.add(sched)
+            s.flush()
+    except IntegrityError:
+        raise Conflict(f"output.path: another schedule already publishes into {output_path}") from None
+    return sched
+
+
+def get_schedule(s: Session, schedule_id: str) -> Schedule:
+    sched = s.get(Schedule, schedule_id)
+    if sched is None:
+        raise NotFound(f"no schedule {schedule_id!r}")
+    return sched
+
+
+def lock_schedule(s: Session, schedule_id: str) -> Schedule:
+    stmt = (select(Schedule).where(Schedule.id == schedule_id).with_for_update()
+            .execution_options(populate_existing=True))
+    sched = s.scalars(stmt).one_or_none()
+    if sched is None:
+        raise NotFound(f"no schedule {schedule_id!r}")
+    return sched
+
+
+def list_schedules(s: Session, limit: int = 500) -> Sequence[Schedule]:
+    return s.scalars(select(Schedule).order_by(Schedule.created_at, Schedule.id).limit(limit)).all()
+
+
+def schedule_outputs(s: Session) -> dict[str, str]:
+    """``{output_path: schedule id}`` of every schedule (a new one may not nest in or around another's)."""
+    return {row.output_path: row.id for row in s.execute(select(Schedule.output_path, Schedule.id))}
+
+
+def delete_schedule(s: Session, schedule_id: str) -> None:
+    """Delete the schedule and its history (the published folders stay on disk); refused while a run is going."""
+    sched = lock_schedule(s, schedule_id)
+    active = active_run(s, schedule_id)
+    if active is not None:
+        raise Conflict(f"schedule {schedule_id} has run {active.number} going (job {active.job_id}); "
+                       "cancel that job or wait for it, then delete")
+    s.execute(delete(ScheduleVersion).where(ScheduleVersion.schedule_id == schedule_id))
+    s.execute(delete(ScheduleRun).where(ScheduleRun.schedule_id == schedule_id))
+    s.delete(sched)
+
+
+def due_schedule_ids(s: Session, now: datetime) -> list[str]:
+    """Schedules with a slot at or before ``now``, or a buffered slot waiting for its previous run."""
+    stmt = (select(Schedule.id).where(Schedule.paused.is_(False))
+            .where(or_(Schedule.next_fire_at <= now, Schedule.pending_fire_at.is_not(None)))
+            .order_by(Schedule.next_fire_at))
+    return list(s.scalars(stmt))
+
+
+def add_run(s: Session, sched: Schedule, *, fire_at: datetime, state: str, message: str | None = None,
+            job_id: str | None = None, version: int | None = None, inputs: dict[str, Any] | None = None,
+            fingerprints: dict[str, Any] | None = None) -> ScheduleRun:
+    """The schedule's next run (``sched`` must be locked)."""
+    sched.run_seq += 1
+    run = ScheduleRun(schedule_id=sched.id, number=sched.run_seq, fire_at=fire_at, state=state, message=message,
+                      job_id=job_id, version=version, inputs=inputs or {}, fingerprints=fingerprints or {})
+    if state != RunState.RUNNING:
+        run.ended_at = utcnow()
+    s.add(run)
+    s.flush()
+    return run
+
+
+def active_run(s: Session, schedule_id: str) -> ScheduleRun | None:
+    stmt = select(ScheduleRun).where(ScheduleRun.schedule_id == schedule_id, ScheduleRun.state == RunState.RUNNING)
+    return s.scalars(stmt.order_by(ScheduleRun.number.desc()).limit(1)).one_or_none()
+
+
+def running_runs(s: Session) -> Sequence[ScheduleRun]:
+    return s.scalars(select(ScheduleRun).where(ScheduleRun.state == RunState.RUNNING).order_by(ScheduleRun.id)).all()
+
+
+def runs_of(s: Session, schedule_id: str, *, before: int | None = None, limit: int = 50) -> Sequence[ScheduleRun]:
+    """Newest first; ``before`` is a run number (the cursor)."""
+    stmt = select(ScheduleRun).where(ScheduleRun.schedule_id == schedule_id)
+    if before is not None:
+        stmt = stmt.where(ScheduleRun.number < before)
+    return s.scalars(stmt.order_by(ScheduleRun.number.desc()).limit(limit)).all()
+
+
+def last_consumed_run(s: Session, schedule_id: str) -> ScheduleRun | None:
+    """The latest run whose inputs count as read: its fingerprints are the baseline of the next run."""
+    stmt = (select(ScheduleRun).where(ScheduleRun.schedule_id == schedule_id,
+                                      ScheduleRun.state.in_([str(x) for x in CONSUMED]))
+            .order_by(ScheduleRun.number.desc()).limit(1))
+    return s.scalars(stmt).one_or_none()
+
+
+def prune_fingerprints(s: Session, run: ScheduleRun) -> None:
+    """Drop the snapshots of the runs before ``run`` (a consuming run): only the latest one is ever a baseline,
+    and a snapshot holds one entry per input file."""
+    s.execute(update(ScheduleRun).where(ScheduleRun.schedule_id == run.schedule_id, ScheduleRun.number < run.number)
+              .values(fingerprints={}))
+
+
+def max_reserved_version(s: Session, schedule_id: str) -> int:
+    """The highest version number any run of the schedule reserved (published or not)."""
+    value = s.scalar(select(func.max(ScheduleRun.version)).where(ScheduleRun.schedule_id == schedule_id))
+    return int(value or 0)
+
+
+def add_version(s: Session, run: ScheduleRun, *, path: str, documents: int | None, samples: int | None,
+                tokens: int | None, shards: int | None) -> ScheduleVersion:
+    assert run.version is not None and run.job_id is not None
+    version = ScheduleVersion(schedule_id=run.schedule_id, number=run.version, path=path, job_id=run.job_id,
+                              run_number=run.number, documents=documents, samples=samples, tokens=tokens,
+                              shards=shards)
+    s.add(version)
+    s.flush()
+    return version
+
+
+def versions_of(s: Session, schedule_id: str) -> Sequence[ScheduleVersion]:
+    stmt = select(ScheduleVersion).where(ScheduleVersion.schedule_id == schedule_id)
+    return s.scalars(stmt.order_by(ScheduleVersion.number)).all()
+
+
+def get_version(s: Session, schedule_id: str, number: int | None) -> ScheduleVersion:
+    """Version ``number``, or the latest one when ``number`` is None."""
+    stmt = select(ScheduleVersion).where(ScheduleVersion.schedule_id == schedule_id)
+    if number is not None:
+        stmt = stmt.where(ScheduleVersion.number == number)
+    version = s.scalars(stmt.order_by(ScheduleVersion.number.desc()).limit(1)).one_or_none()
+    if version is None:
+        get_schedule(s, schedule_id)  # an unknown schedule says so
+        which = f"version {number}" if number is not None else "published version yet"
+        raise NotFound(f"schedule {schedule_id!r} has no {which}")
+    return version

@@ -1,0 +1,205 @@
+"""The control plane's store (issue 12), on SQLite and on PostgreSQL.
+
+PostgreSQL is reached through its Unix socket (``TOKENMILL_TEST_PG_URL``, default the Debian socket with
+user root, then postgres, database ``test``); each test gets a schema of its own, dropped afterwards, so
+parallel sessions never meet. Without a server the PostgreSQL cases skip, saying why; with ``CI=true``
+they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from service.store import repo
+from service.store.db import Database
+from service.store.models import ApiKey, JobState, utcnow
+
+PG_URLS = [os.environ["TOKENMILL_TEST_PG_URL"]] if os.environ.get("TOKENMILL_TEST_PG_URL") else [
+    "postgresql+psycopg://root@/test?host=/var/run/postgresql",
+    "postgresql+psycopg://postgres@/test?host=/var/run/postgresql",
+]
+
+
+def _find_postgres() -> tuple[str | None, str]:
+    reasons = []
+    for url in PG_URLS:
+        engine = create_engine(url, connect_args={"connect_timeout": 3})
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return url, ""
+        except Exception as exc:  # noqa: BLE001 - any failure: try the next, report all
+            reasons.append(f"{url.split('@')[0]}@...: {str(exc).splitlines()[0]}")
+        finally:
+            engine.dispose()
+    return None, "; ".join(reasons)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    url, why = _find_postgres()
+    if url is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true needs a PostgreSQL server: {why}")
+        pytest.skip(f"no PostgreSQL server reachable: {why}")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request, tmp_path):
+    """A migrated, empty database: a SQLite file, or a private schema on the PostgreSQL server."""
+    if request.param == "sqlite":
+        db = Database(f"sqlite:///{tmp_path / 'store.db'}")
+    else:
+        db = Database(request.getfixturevalue("postgres_url"), schema=f"tm_test_{secrets.token_hex(6)}")
+    db.migrate()
+    yield db
+    db.drop_schema()
+    db.dispose()
+
+
+def _spec(name: str = "j", out: str = "/data/out") -> dict:
+    return {"name": name, "inputs": [{"path": "/data/in"}], "output": {"path": out}}
+
+
+def _job(db: Database, name: str = "j", key: str | None = None, out: str = "/data/out"):
+    with db.session() as s:
+        job, created = repo.create_job(s, _spec(name, out), name=name, spec_hash="h" * 64, output_path=out,
+                                       idempotency_key=key)
+    return job
+
+
+def test_migration_is_idempotent_and_at_head(database):
+    database.migrate()  # a second start: nothing to do
+    with database.engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+    assert {"jobs", "job_attempts", "job_events", "api_keys", "alembic_version"} <= tables
+    assert version == "0002"
+
+
+def test_the_models_agree_with_the_migrations(database):
+    """A model changed without a revision (or the reverse) shows up here, on both backends."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from service.store.models import Base
+
+    with database.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata) == []
+
+
+def test_lifecycle_follows_the_transitions_and_records_state_events(database):
+    job = _job(database)
+    assert job.state == JobState.QUEUED
+    with database.session() as s:
+        job, att = repo.start_attempt(s, job.id, run_dir=lambda j, n: f"/runs/{j}/{n}", host="h")
+        assert (job.state, job.attempt, att.number, att.run_dir) == ("RUNNING", 1, 1, f"/runs/{job.id}/1")
+    with database.session() as s:
+        with pytest.raises(repo.Conflict):
+            repo.retry_job(s, job.id)  # a running job cannot be retried
+    with database.session() as s:
+        assert repo.cancel_job(s, job.id).state == JobState.CANCELLING
+        assert repo.cancel_job(s, job.id).state == JobState.CANCELLING  # a repeat changes nothing
+    with database.session() as s:
+        locked = repo.lock_job(s, job.id)
+        with pytest.raises(repo.Conflict):
+            repo.transition(s, locked, JobState.QUEUED)  # CANCELLING never goes back to the queue
+        repo.transition(s, locked, JobState.CANCELLED, message="stopped")
+    with database.session() as s:
+        job = repo.retry_job(s, job.id)
+        assert (job.state, job.failure_category, job.finished_at, job.cancel_requested) == ("QUEUED", None, None, False)
+        job, _ = repo.start_attempt(s, job.id, run_dir=lambda j, n: f"/runs/{j}/{n}", host="h")
+        repo.transition(s, job, JobState.SUCCEEDED)
+    with database.session() as s:
+        with pytest.raises(repo.Conflict):
+            repo.cancel_job(s, job.id)
+        with pytest.raises(repo.Conflict):
+            repo.retry_job(s, job.id)
+        states = [(e.data["state"], e.attempt) for e in repo.events_after(s, job.id) if e.type == "state"]
+        assert [a.number for a in repo.attempts_of(s, job.id)] == [1, 2]
+    assert states == [("QUEUED", 0), ("RUNNING", 1), ("CANCELLING", 1), ("CANCELLED", 1), ("QUEUED", 1),
+                      ("RUNNING", 2), ("SUCCEEDED", 2)]
+
+
+def test_events_are_numbered_per_job_and_read_after_a_cursor(database):
+    a, b = _job(database, "a", out="/data/a"), _job(database, "b", out="/data/b")
+    with database.session() as s:
+        ja, jb = repo.lock_job(s, a.id), repo.lock_job(s, b.id)
+        repo.append_events(s, ja, 1, [{"type": "phase", "ts": 1.0, "phase": "curate", "state": "started"}] * 3)
+        repo.append_events(s, jb, 1, [{"type": "log", "ts": 2.0, "level": "info", "message": "x"}])
+    with database.session() as s:
+        seqs = [e.seq for e in repo.events_after(s, a.id)]
+        assert seqs == [1, 2, 3, 4]  # 1 is the QUEUED state event
+        assert [e.seq for e in repo.events_after(s, a.id, after_seq=2)] == [3, 4]
+        assert [e.seq for e in repo.events_after(s, b.id)] == [1, 2]
+        assert repo.events_after(s, a.id, after_seq=3)[0].data["phase"] == "curate"
+
+
+def test_idempotency_key_returns_the_first_job_and_refuses_another_spec(database):
+    first = _job(database, key="k1")
+    with database.session() as s:
+        again, created = repo.create_job(s, _spec(), name="j", spec_hash="h" * 64, output_path="/data/out",
+                                         idempotency_key="k1")
+        assert (again.id, created) == (first.id, False)
+        other_key, created = repo.create_job(s, _spec(), name="j", spec_hash="h" * 64, output_path="/data/out",
+                                             idempotency_key="k1", api_key_id="someone")
+        assert created and other_key.id != first.id  # keys are scoped to the API key that used them
+    with database.session() as s, pytest.raises(repo.IdempotencyConflict):
+        repo.create_job(s, _spec("other"), name="other", spec_hash="h" * 64, output_path="/data/out",
+                        idempotency_key="k1")
+
+
+def test_list_filters_and_cursor_pages(database):
+    ids = [_job(database, f"n{i % 2}", out=f"/data/o{i}").id for i in range(5)]
+    with database.session() as s:
+        repo.cancel_job(s, ids[1])
+    with database.session() as s:
+        page1 = repo.list_jobs(s, limit=2)
+        page2 = repo.list_jobs(s, limit=2, before_seq=page1[-1].seq)
+        page3 = repo.list_jobs(s, limit=2, before_seq=page2[-1].seq)
+        assert [j.id for j in page1 + page2 + page3] == ids[::-1]
+        assert [j.id for j in repo.list_jobs(s, states=["CANCELLED"])] == [ids[1]]
+        assert [j.id for j in repo.list_jobs(s, name="n0")] == [ids[4], ids[2], ids[0]]
+        assert [j.id for j in repo.list_jobs(s, states=["QUEUED", "CANCELLED"], name="n1")] == [ids[3], ids[1]]
+        now = utcnow()
+        assert repo.list_jobs(s, created_after=now + timedelta(seconds=5)) == []
+        assert len(repo.list_jobs(s, created_before=now + timedelta(seconds=5))) == 5
+
+
+def test_queue_is_first_come_first_served_and_a_retry_goes_to_the_back(database):
+    a, _ = _job(database, "a", out="/d/a"), _job(database, "b", out="/d/b")
+    with database.session() as s:
+        repo.cancel_job(s, a.id)
+    time.sleep(0.01)
+    with database.session() as s:
+        repo.retry_job(s, a.id)
+        c = repo.create_job(s, _spec("c"), name="c", spec_hash="h" * 64, output_path="/d/c")[0]
+    with database.session() as s:
+        assert [j.name for j in repo.queued_jobs(s)] == ["b", "a", "c"]
+        assert c.id in {j.id for j in repo.queued_jobs(s)}
+
+
+def test_api_keys_are_stored_hashed_checked_and_revocable(database):
+    with database.session() as s:
+        key, token = repo.create_key(s, "ci")
+    with database.session() as s:
+        row = s.get(ApiKey, key.id)
+        stored = " ".join(str(v) for v in (row.id, row.name, row.secret_hash))
+        assert token.split("_")[-1] not in stored and len(row.secret_hash) == 64
+        assert repo.authenticate(s, token).id == key.id
+        assert repo.authenticate(s, token[:-1] + ("A" if token[-1] != "A" else "B")) is None  # wrong secret
+        assert repo.authenticate(s, "tm_nothex_abc") is None and repo.authenticate(s, "") is None
+        assert [k.id for k in repo.list_keys(s)] == [key.id]
+    with database.session() as s:
+        repo.revoke_key(s, key.id)
+    with database.session() as s:
+        assert repo.authenticate(s, token) is None
+        with pytest.raises(repo.NotFound):
+            repo.revoke_key(s, "000000000000")
