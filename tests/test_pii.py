@@ -250,6 +250,8 @@ def test_params_are_checked_when_the_spec_is_parsed():
     with pytest.raises(ValueError, match="actions"):
         cls.Params(actions={"IBAN": "keep"})
     assert cls.Params(entities=["UK_NHS", "IT_FISCAL_CODE"]).entities == ["UK_NHS", "IT_FISCAL_CODE"]
+    with pytest.raises(ValueError, match="phone_regions"):
+        make(phone_regions=["DE", "XX"]).preflight()
 
 
 def test_known_entities_match_presidio(stage):

@@ -85,6 +85,12 @@ class PiiStage(Stage):
     _redactor: Any = None
 
     def preflight(self) -> None:
+        if self.params.phone_regions:
+            import phonenumbers
+
+            unknown = sorted(set(self.params.phone_regions) - phonenumbers.SUPPORTED_REGIONS)
+            if unknown:
+                raise ValueError(f"phone_regions: unknown regions {unknown} (ISO 3166 codes: US, DE, FR, ...)")
         if self.params.spacy_model:
             from pipeline.pii.ner import check_pipeline
 

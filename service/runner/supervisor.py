@@ -23,13 +23,11 @@ the engine's lock on the output folder is the last guard against two processes o
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -41,6 +39,7 @@ from sqlalchemy.orm import Session
 from service.confine import Roots
 from service.runner import process
 from service.runner.job_process import EVENTS_FILE, LOG_FILE, RUN_FILE
+from service.runner.leader import LeaderLoop
 from service.runner.summary import fold, with_stats
 from service.store import repo
 from service.store.db import Database
@@ -81,71 +80,22 @@ class RunnerConfig:
         return str(self.jobs_dir() / job_id / f"attempt-{attempt}")
 
 
-class Supervisor:
+class Supervisor(LeaderLoop):
+    name = "supervisor"
+
     def __init__(self, db: Database, config: RunnerConfig):
+        super().__init__(config.state_dir / "supervisor.lock", config.poll_s)
         self.db = db
         self.config = config
         self._children: dict[int, Any] = {}  # pid -> Popen of the processes this supervisor started
         self._known: set[tuple[str, int]] = set()  # attempts this supervisor has seen (to note a re-attach once)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock_fd: int | None = None
         self.host = socket.gethostname()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.config.jobs_dir().mkdir(parents=True, exist_ok=True)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="tokenmill-supervisor", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop supervising; the job processes keep running (the next service re-attaches to them)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
-    def leading(self) -> bool:
-        """Whether this process holds the supervisor lock (and so runs the jobs)."""
-        return self._lock_fd is not None
-
-    def _try_lead(self) -> bool:
-        if self._lock_fd is not None:
-            return True
-        fd = os.open(self.config.state_dir / "supervisor.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._lock_fd = fd
-        log.info("supervising jobs (state folder %s)", self.config.state_dir)
-        return True
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self._try_lead():
-                    self.tick()
-            except Exception:  # noqa: BLE001 - a bad tick (the database away) must not end supervision
-                log.exception("supervisor tick failed; retrying")
-            self._wake.wait(self.config.poll_s)
-            self._wake.clear()
+        super().start()
 
     def tick(self) -> None:
         self.reconcile()

@@ -26,10 +26,8 @@ any transaction (a SQLite writer would block the API meanwhile); the slot is cla
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.spec import SpecError, parse_spec
 from service.api.settings import Settings
 from service.api.submission import Refused, admit
+from service.runner.leader import LeaderLoop
 from service.schedules import versions
 from service.schedules.cron import Clock, next_fire, system_clock
 from service.schedules.fingerprints import Scan, scan
@@ -70,69 +69,16 @@ class _Claim:
     reserved: int
 
 
-class Scheduler:
+class Scheduler(LeaderLoop):
+    name = "scheduler"
+
     def __init__(self, db: Database, settings: Settings, *, clock: Clock = system_clock,
                  wake_jobs: Callable[[], None] | None = None, poll_s: float = POLL_S):
+        super().__init__(settings.state_dir / "scheduler.lock", poll_s)
         self.db, self.settings, self.clock = db, settings, clock
         self.wake_jobs = wake_jobs or (lambda: None)
-        self.poll_s = poll_s
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock_fd: int | None = None
         self._repaired = False
 
-    # ---- lifecycle ---------------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="tokenmill-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
-    def leading(self) -> bool:
-        """Whether this process holds the scheduler lock (and so fires the schedules)."""
-        return self._lock_fd is not None
-
-    def _try_lead(self) -> bool:
-        if self._lock_fd is not None:
-            return True
-        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.settings.state_dir / "scheduler.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._lock_fd = fd
-        return True
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self._try_lead():
-                    self.tick()
-            except Exception:  # noqa: BLE001 - a bad tick (the database away) must not end scheduling
-                log.exception("scheduler tick failed; retrying")
-            self._wake.wait(self.poll_s)
-            self._wake.clear()
 
     def tick(self) -> None:
         if not self._repaired:
