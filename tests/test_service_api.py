@@ -524,9 +524,10 @@ def test_the_job_process_checks_the_spec_again_and_always_reports_its_end(tmp_pa
             raise Engine.raises
 
     monkeypatch.setattr("pipeline.job.engine.Job", Engine)
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL alone; an earlier test's ray.init may have left its own
     rc, last = attempt(spec)  # SIGTERM while ray.init had its own handler in place
     assert (rc, last["category"]) == (130, "cancelled")
     Engine.raises = RuntimeError("boom")
     rc, last = attempt(spec)
     assert (rc, last["category"], last["message"]) == (1, "app", "RuntimeError: boom")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+    assert signal.getsignal(signal.SIGTERM) is before  # the handlers are put back
