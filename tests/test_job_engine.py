@@ -28,6 +28,7 @@ from pipeline.job.engine import Job, JobError
 from pipeline.shard_format import Manifest
 from pipeline.spec import load_spec
 from tests.corpus_fixtures import make_text, write_jsonl
+from tests.processes import processes_naming
 
 pytestmark = pytest.mark.ray
 
@@ -100,26 +101,11 @@ def _wait_for(pred, proc: subprocess.Popen, timeout: float = 240) -> None:
     raise AssertionError("timed out waiting for the job")
 
 
-def _ray_processes(ray_tmp: str) -> list[int]:
-    """Processes started for the job's Ray (their command line names its temp folder)."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if ray_tmp in cmd:
-            pids.append(int(pid))
-    return pids
-
-
 def _kill_group(proc: subprocess.Popen, ray_tmp: str) -> None:
     """SIGKILL the CLI and every process of its Ray: what a machine crash does to them."""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    for pid in _ray_processes(ray_tmp):
+    for pid in processes_naming(ray_tmp):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -147,7 +133,7 @@ def workspace(tmp_path_factory, ray_local):
 def ray_tmp():
     folder = tempfile.mkdtemp(prefix="tmr", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     yield folder
-    for pid in _ray_processes(folder):
+    for pid in processes_naming(folder):
         os.kill(pid, signal.SIGKILL)
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -222,9 +208,9 @@ def test_sigint_cancels_within_seconds_and_the_rerun_completes(workspace, ray_tm
     assert "cancelled" in output and "Traceback" not in output
     assert not (out / "manifest.json").exists()
     deadline = time.monotonic() + 10  # Ray's processes exit right after the driver's shutdown
-    while _ray_processes(ray_tmp) and time.monotonic() < deadline:
+    while processes_naming(ray_tmp) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _ray_processes(ray_tmp) == []
+    assert processes_naming(ray_tmp) == []
     assert _events(out)[-1]["type"] == "job_failed" and _events(out)[-1]["category"] == "cancelled"
 
     rerun = _cli(spec, ray_tmp)

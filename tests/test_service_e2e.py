@@ -37,6 +37,7 @@ from pipeline.shard_format import sha256_file
 from service.store import repo
 from service.store.db import Database
 from tests.corpus_fixtures import make_text, write_jsonl
+from tests.processes import kill_all, processes_naming
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -104,28 +105,6 @@ class Service:
         self.proc.wait(timeout=30)
 
 
-def _processes_naming(text: str) -> list[int]:
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmd:
-            pids.append(int(pid))
-    return pids
-
-
-def _kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("service")
@@ -145,8 +124,8 @@ def service(tmp_path_factory):
     client.close()
     if svc.proc and svc.proc.poll() is None:
         svc.kill()
-    _kill_all(_processes_naming(str(svc.state)))  # job processes
-    _kill_all(_processes_naming(ray_tmp))  # and their Ray
+    kill_all(processes_naming(str(svc.state)))  # job processes
+    kill_all(processes_naming(ray_tmp))  # and their Ray
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 

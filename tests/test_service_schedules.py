@@ -434,7 +434,7 @@ def test_buffer_one_runs_the_waiting_slot_when_the_run_ends_and_missed_slots_coa
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_schedule_fires_twice_and_version_1_stays_readable_while_version_2_publishes(tmp_path, monkeypatch):
-    from tests.test_service_e2e import _kill_all, _processes_naming
+    from tests.processes import kill_all, processes_naming
 
     root = tmp_path / "data"
     first = _docs("a", 120, 0)
@@ -509,6 +509,6 @@ def test_a_schedule_fires_twice_and_version_1_stays_readable_while_version_2_pub
             client.close()
             supervisor.stop()
     finally:
-        _kill_all(_processes_naming(str(settings.state_dir)))
-        _kill_all(_processes_naming(ray_tmp))
+        kill_all(processes_naming(str(settings.state_dir)))
+        kill_all(processes_naming(ray_tmp))
         shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -102,7 +102,9 @@ def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Calla
         ctx = StageContext(spec.name, stage_dir, i, str(Path(stage_dir) / "index"), spec.execution.seed)
         key = f"{i:02d}-{cls.name}"
         if isinstance(cls, type) and issubclass(cls, DatasetStage):
-            ds = _apply(cls, params, ctx, flush(ds), recorder(key))
+            ds = cls(params, ctx).apply(flush(ds), recorder(key))
+            if cls.reorders:
+                ds = ds.sort("ord")
         else:
             if chain and cls.resources != chain_resources:
                 ds = flush(ds)
@@ -110,11 +112,6 @@ def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Calla
             chain.append(BatchStageRunner.constructor_args(cls, params, ctx, recorder(key)))  # prepare(), once
     return flush(ds)
 
-
-def _apply(cls: Any, params: Any, ctx: Any, ds: Any, rec: Any) -> Any:
-    """A dataset stage (dedup) on the whole dataset, then back in ``ord`` order if it reorders."""
-    ds = cls(params, ctx).apply(ds, rec)
-    return ds.sort("ord") if cls.reorders else ds
 
 
 class _CounterReporter:

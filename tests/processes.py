@@ -1,0 +1,30 @@
+"""Finding and killing the processes a test started (a job's Ray, a service's job processes) by their command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of the processes (other than this one) whose command line contains ``text``."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
