@@ -1,21 +1,35 @@
 """API load: 200 concurrent clients polling job status for 30 s, on SQLite and on PostgreSQL.
 
-The service is ``tokenmill serve`` (uvicorn, one process, its supervisor running) in a subprocess on
-127.0.0.1, on a store seeded with finished jobs whose events and figures look like a real job's (stages with
-drop reasons, phases, shards), so ``GET /v1/jobs/{id}`` returns a full detail. Each client is its own
-``httpx.AsyncClient`` (its own keep-alive connection, as separate dashboards or CLIs are) and asks for one job's
-status every ``--interval`` seconds, starting at a random offset; the latency of each request is from send to
-full response, and every non-200 answer or exception is an error.
+**The service.** ``tokenmill serve`` (uvicorn, its supervisor running; ``--workers`` processes, default 1) in a
+subprocess on 127.0.0.1, on a store seeded with finished jobs whose events and figures look like a real job's
+(stages with drop reasons, phases, shards), so ``GET /v1/jobs/{id}`` returns a full detail (about 2 KB). Every
+request carries a bearer key, which the server checks (its key cache, ``Settings.auth_cache_s``, re-reads the
+key from the store every 10 s), and the job is read from the store on every request.
 
+**The load model: pollers.** What the goal describes is 200 clients each following a job: a dashboard tab,
+a ``tokenmill status`` loop, a training launcher waiting for its data. Each client is one keep-alive HTTP/1.1
+connection that asks for its job's status (client i follows job i mod ``--jobs``) every ``--interval``
+seconds (default 1 s: twice as often as the dashboard polls a job it shows, every 2 s), starting at a random
+offset within the first interval, so 200 clients offer about 200 requests/s in total, spread over time as
+independent pollers' requests are. A poller waits for its answer before it asks again; when an answer takes
+longer than the interval, the next request goes at once (the achieved rate then falls below the offered one,
+and the table shows it: the server is saturated). ``--interval 0`` polls back to back: a throughput test
+(closed loop, no think time), not the goal's load.
+
+Latency is from a request's send to its full response; every non-200 answer, an answer that is not the
+asked-for job, a timeout (10 s) or a connection error is an error. The clients are a minimal HTTP/1.1 client
+on one event loop (``--client httpx`` for httpx), since they share this machine's cores with the server.
+
+**The figures.** Requests/s achieved (against the offered rate), latency percentiles, and the CPU the server
+(its processes, not PostgreSQL's) spent per request during the timed window, and the clients' CPU: figures
+that the machine's other load disturbs much less than latency, which queueing for a shared CPU dominates.
 The peer is the framework itself: the same clients polling ``/healthz`` (no key, no database) on the same
-server, for a shorter run, give the floor that uvicorn + FastAPI + httpx reach on this machine; the table
-shows the job status latency as a ratio of it. Goal: p99 < 50 ms and no error on both stores. The machine is
-shared: the load average before and after is printed.
+server, for a shorter run, give the floor that uvicorn + FastAPI reach on this machine; the table shows the
+job status latency as a ratio of it. Goal: p99 < 50 ms and no error on both stores. The load average before
+and after is printed: the latencies mean little when it is high.
 
-Default interval, 1 s: twice as often as the dashboard polls a job it shows (every 2 s), so 200 clients offer
-about 200 requests/s. ``--interval 0`` polls back to back (a throughput test rather than a polling one).
-
-    scripts/netns.sh .venv/bin/python bench/api_load.py [--clients 200] [--seconds 30] [--stores sqlite postgresql]
+    scripts/netns.sh .venv/bin/python bench/api_load.py [--clients 200] [--seconds 30] [--interval 1]
+        [--stores sqlite postgresql] [--workers 1] [--client raw|httpx]
 
 Ends with one JSON line: ``p99_ms`` is the worse of the two stores, ``errors`` the errors of all runs.
 """
@@ -34,6 +48,7 @@ import json
 import math
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -42,10 +57,12 @@ import ssl
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psutil
 
 from pipeline.job import events as ev
 from service.runner.summary import fold
@@ -55,6 +72,7 @@ from service.store.models import JobState, utcnow
 
 REPO = Path(__file__).resolve().parent.parent
 GOAL_P99_MS = 50.0
+REQUEST_TIMEOUT_S = 10.0
 #: PostgreSQL through its Unix socket, as the tests find it (tests/test_service_store.py); a private schema
 PG_URLS = [os.environ["TOKENMILL_BENCH_PG_URL"]] if os.environ.get("TOKENMILL_BENCH_PG_URL") else [
     "postgresql+psycopg://root@/test?host=/var/run/postgresql",
@@ -146,11 +164,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(state: Path, db_url: str, schema: str | None) -> tuple[subprocess.Popen, str]:
+def start_server(state: Path, db_url: str, schema: str | None, workers: int = 1) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", "service.commands.serve", "--host", "127.0.0.1", "--port", str(port),
            "--state-dir", str(state), "--root", str(state / "data"), "--database-url", db_url,
-           "--log-level", "warning"] + (["--database-schema", schema] if schema else [])
+           "--log-level", "warning"] + (["--workers", str(workers)] if workers != 1 else []) \
+        + (["--database-schema", schema] if schema else [])
     log = open(state / "serve.log", "wb")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -188,6 +207,14 @@ class Run:
     errors: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    #: CPU seconds the server process (and its children) used during the timed window, and this process (the
+    #: clients: their latency includes their own event loop's queue, so it must not be saturated either)
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+
+    def cpu_ms_per_request(self, client: bool = False) -> float:
+        n = len(self.latencies_ms) + self.errors
+        return (self.client_cpu_s if client else self.server_cpu_s) * 1000 / n if n else float("nan")
 
     def pct(self, q: float) -> float:
         xs = sorted(self.latencies_ms)
@@ -198,8 +225,60 @@ class Run:
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
 
-async def client(c: httpx.AsyncClient, paths: list[str], run: Run, start: float, end: float, interval: float,
-                 rng: random.Random) -> None:
+class RawConn:
+    """One keep-alive HTTP/1.1 connection speaking just enough of the protocol for a GET and its
+    ``Content-Length`` answer: about a tenth of httpx's CPU per request, so the 200 clients, which share
+    this machine's cores with the server, neither take the server's CPU nor queue in their own event loop
+    (a dashboard or CLI polling a real service runs on its own machine)."""
+
+    def __init__(self, base: str, headers: dict[str, str]):
+        url = httpx.URL(base)
+        self.host, self.port = url.host, url.port
+        self.head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": f"{url.host}:{url.port}", **headers}.items())
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            if self.writer is None:
+                self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            assert self.reader is not None
+            self.writer.write(f"GET {path} HTTP/1.1\r\n{self.head}\r\n".encode())
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            m = _CONTENT_LENGTH.search(head)
+            if not head.startswith(b"HTTP/1.1 ") or m is None:
+                raise ConnectionError(f"not an HTTP/1.1 answer with a Content-Length: {head[:80]!r}")
+            return int(head[9:12]), await self.reader.readexactly(int(m.group(1)))
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer, self.reader = None, None
+
+
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
+
+
+class HttpxConn:
+    """The same through httpx (``--client httpx``): what a Python client of the API would use."""
+
+    def __init__(self, base: str, headers: dict[str, str], tls: ssl.SSLContext):
+        self.c = httpx.AsyncClient(base_url=base, headers=headers, timeout=REQUEST_TIMEOUT_S, verify=tls,
+                                   limits=httpx.Limits(max_connections=1))
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        r = await self.c.get(path)
+        return r.status_code, r.content
+
+    async def aclose(self) -> None:
+        await self.c.aclose()
+
+
+async def client(c: RawConn | HttpxConn, paths: list[str], check: Callable[[str, bytes], bool], run: Run,
+                 start: float, end: float, interval: float, rng: random.Random) -> None:
     await c.get(paths[0])  # opens the connection before the clock starts (not counted)
     due = start + rng.uniform(0, interval)
     while True:
@@ -209,29 +288,66 @@ async def client(c: httpx.AsyncClient, paths: list[str], run: Run, start: float,
         if time.perf_counter() >= end:
             return
         t = time.perf_counter()
+        path = rng.choice(paths)
         try:
-            r = await c.get(rng.choice(paths))
-            if r.status_code == 200:
-                run.latencies_ms.append((time.perf_counter() - t) * 1000)
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                status, body = await c.get(path)
+            if status != 200:
+                run.error(f"HTTP {status}")
+            elif not check(path, body):
+                run.error("unexpected body")
             else:
-                run.error(f"HTTP {r.status_code}")
-        except httpx.HTTPError as exc:
+                run.latencies_ms.append((time.perf_counter() - t) * 1000)
+        except (OSError, EOFError, TimeoutError, asyncio.IncompleteReadError, httpx.HTTPError) as exc:
             run.error(type(exc).__name__)
+        # a poller asks again one interval after it last asked, or at once if the answer took longer
         due = max(due + interval, time.perf_counter()) if interval else time.perf_counter()
 
 
-async def load(base: str, headers: dict[str, str], paths: list[str], label: str, clients: int, seconds: float,
-               interval: float) -> Run:
+def job_answer(path: str, body: bytes) -> bool:
+    return json.loads(body).get("id") == path.rsplit("/", 1)[1]
+
+
+def health_answer(path: str, body: bytes) -> bool:
+    return json.loads(body) == {"status": "ok"}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its live children (uvicorn workers, if any)."""
+    procs = [psutil.Process(pid)]
+    procs += procs[0].children(recursive=True)
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
+async def measure_cpu(pid: int, start: float, end: float, run: Run) -> None:
+    await asyncio.sleep(max(0.0, start - time.perf_counter()))
+    before, mine = cpu_seconds(pid), time.process_time()
+    await asyncio.sleep(max(0.0, end - time.perf_counter()))
+    run.server_cpu_s, run.client_cpu_s = cpu_seconds(pid) - before, time.process_time() - mine
+
+
+async def load(base: str, headers: dict[str, str], paths: list[str], check: Callable[[str, bytes], bool],
+               label: str, args: argparse.Namespace, seconds: float, server_pid: int) -> Run:
     run = Run(label)
-    # one TLS context for all (httpx builds one per client otherwise, ~20 ms of CPU each; nothing here is TLS)
-    tls = ssl.create_default_context()
-    conns = [httpx.AsyncClient(base_url=base, headers=headers, timeout=10.0, verify=tls,
-                               limits=httpx.Limits(max_connections=1)) for _ in range(clients)]
+    if args.client == "raw":
+        conns: list[RawConn | HttpxConn] = [RawConn(base, headers) for _ in range(args.clients)]
+    else:
+        # one TLS context for all (httpx builds one per client otherwise, ~20 ms of CPU each; nothing here is TLS)
+        tls = ssl.create_default_context()
+        conns = [HttpxConn(base, headers, tls) for _ in range(args.clients)]
     try:
-        start = time.perf_counter() + 2.0 + clients / 200  # after every client's first connection
-        rngs = [random.Random(i) for i in range(clients)]
-        await asyncio.gather(*(client(c, paths, run, start, start + seconds, interval, rng)
-                               for c, rng in zip(conns, rngs, strict=True)))
+        start = time.perf_counter() + 2.0 + args.clients / 200  # after every client's first connection
+        rngs = [random.Random(i) for i in range(args.clients)]
+        await asyncio.gather(measure_cpu(server_pid, start, start + seconds, run),
+                             *(client(c, [paths[i % len(paths)]], check, run, start, start + seconds, args.interval,
+                                      rngs[i]) for i, c in enumerate(conns)))
         run.seconds = time.perf_counter() - start
     finally:
         await asyncio.gather(*(c.aclose() for c in conns))
@@ -239,6 +355,15 @@ async def load(base: str, headers: dict[str, str], paths: list[str], label: str,
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
+
+
+def run_loop(coro: Coroutine[Any, Any, Run]) -> Run:
+    """On uvloop when it is installed (as the service's extra installs it), else asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def bench_store(store: str, args: argparse.Namespace, tmp: Path) -> list[Run]:
@@ -254,15 +379,15 @@ def bench_store(store: str, args: argparse.Namespace, tmp: Path) -> list[Run]:
         schema = f"tm_bench_{secrets.token_hex(4)}"
     db = Database(url, schema=schema)
     token, ids = seed(db, args.jobs)
-    proc, base = start_server(state, url, schema)
+    proc, base = start_server(state, url, schema, args.workers)
     runs = []
     try:
         auth = {"Authorization": f"Bearer {token}"}
-        runs.append(asyncio.run(load(base, auth, [f"/v1/jobs/{i}" for i in ids], f"{store}: GET /v1/jobs/{{id}}",
-                                     args.clients, args.seconds, args.interval)))
+        runs.append(run_loop(load(base, auth, [f"/v1/jobs/{i}" for i in ids], job_answer,
+                                  f"{store}: GET /v1/jobs/{{id}}", args, args.seconds, proc.pid)))
         if store == args.stores[0]:  # the framework's floor, once (it touches no database)
-            runs.append(asyncio.run(load(base, {}, ["/healthz"], "floor: GET /healthz", args.clients,
-                                         args.floor_seconds, args.interval)))
+            runs.append(run_loop(load(base, {}, ["/healthz"], health_answer, "floor: GET /healthz", args,
+                                      args.floor_seconds, proc.pid)))
     finally:
         stop_server(proc)
         db.drop_schema()
@@ -276,7 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--floor-seconds", type=float, default=10.0, help="length of the /healthz run")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between a client's requests (0: none)")
-    p.add_argument("--jobs", type=int, default=20, help="finished jobs in the store; clients poll them at random")
+    p.add_argument("--jobs", type=int, default=20, help="finished jobs in the store; client i polls job i mod this")
+    p.add_argument("--workers", type=int, default=1, help="the server's processes (tokenmill serve --workers)")
+    p.add_argument("--client", choices=["raw", "httpx"], default="raw",
+                   help="raw: a minimal HTTP/1.1 client (little CPU); httpx: what a Python client would use")
     p.add_argument("--stores", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
     args = p.parse_args(argv)
 
@@ -289,18 +417,19 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     floor = next((r for r in runs if r.label.startswith("floor")), None)
-    print(f"\n{args.clients} clients, one request each every {args.interval:g} s, {args.seconds:g} s per store "
-          f"(floor {args.floor_seconds:g} s); {os.cpu_count()} CPUs; load average before "
-          f"{load_before[0]:.2f} / after {load_after[0]:.2f} (1 min)\n")
+    offered = f"offered {args.clients / args.interval:.0f} requests/s" if args.interval else "back to back"
+    print(f"\n{args.clients} clients ({args.client}), one request each every {args.interval:g} s ({offered}), "
+          f"{args.seconds:g} s per store (floor {args.floor_seconds:g} s); server: {args.workers} process(es); "
+          f"{os.cpu_count()} CPUs; load average before {load_before[0]:.2f} / after {load_after[0]:.2f} (1 min)\n")
     head = f"{'run':34} {'req/s':>7} {'requests':>8} {'errors':>6} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} " \
-           f"{'max ms':>7} {'p99 / floor':>11}"
+           f"{'max ms':>7} {'p99 / floor':>11} {'CPU ms/req: server':>18} {'clients':>7}"
     print(head)
     print("-" * len(head))
     for r in runs:
         ratio = f"{r.pct(0.99) / floor.pct(0.99):.2f}x" if floor and r is not floor else ""
         print(f"{r.label:34} {len(r.latencies_ms) / r.seconds:7.1f} {len(r.latencies_ms):8d} {r.errors:6d} "
               f"{r.pct(0.5):7.2f} {r.pct(0.9):7.2f} {r.pct(0.99):7.2f} {max(r.latencies_ms, default=0):7.1f} "
-              f"{ratio:>11}")
+              f"{ratio:>11} {r.cpu_ms_per_request():18.2f} {r.cpu_ms_per_request(client=True):7.2f}")
         if r.error_kinds:
             print(f"{'':34} errors: {r.error_kinds}")
     stores = [r for r in runs if not r.label.startswith("floor")]
@@ -309,11 +438,13 @@ def main(argv: list[str] | None = None) -> int:
     ok = worst < GOAL_P99_MS and errors == 0
     print(f"\ngoal p99 < {GOAL_P99_MS:g} ms and 0 errors: {'met' if ok else 'NOT met'} (worst p99 {worst:.2f} ms)")
     result: dict[str, Any] = {"bench": "api_load", "clients": args.clients, "seconds": args.seconds,
-                              "interval_s": args.interval}
+                              "interval_s": args.interval, "workers": args.workers, "client": args.client}
     for r in stores:
         store = r.label.split(":")[0]
         result[f"{store}_p50_ms"], result[f"{store}_p99_ms"] = round(r.pct(0.5), 2), round(r.pct(0.99), 2)
         result[f"{store}_rps"] = round(len(r.latencies_ms) / r.seconds, 1)
+        result[f"{store}_server_cpu_ms_per_req"] = round(r.cpu_ms_per_request(), 2)
+        result[f"{store}_client_cpu_ms_per_req"] = round(r.cpu_ms_per_request(client=True), 2)
     if floor:
         result["floor_p99_ms"] = round(floor.pct(0.99), 2)
     result.update(p99_ms=round(worst, 2), errors=errors, goal_p99_ms=GOAL_P99_MS, goal_met=ok,

@@ -36,6 +36,9 @@ HASHES = ("fast", "sha1")
 SHINGLES = ("word", "char")
 #: shingles permuted per numpy pass: keeps the (num_perm x chunk) matrix in cache
 CHUNK_SHINGLES = 8192
+#: characters hashed per vectorized pass: a batch of long documents is cut into runs of documents this
+#: long, so the working arrays (and the cached powers, which grow to the longest pass) stay small
+PASS_CHARS = 1 << 20
 
 _WORD = re.compile(r"\w+")
 _SPACE = re.compile(r"\s+")
@@ -83,17 +86,48 @@ def fmix32(h: np.ndarray) -> np.ndarray:
 _LOWER_SPECIAL = ("\u0130", "\u03a3")
 
 
-@lru_cache(maxsize=1)
-def _word_chars() -> np.ndarray:
-    """Per code point: its lower-case code point when that is a ``\\w`` character (Python ``re``),
-    else 0. One gather both lower-cases a text and finds its word characters (NUL is not one)."""
-    chars = "".join(" " if 0xD800 <= i < 0xE000 else chr(i) for i in range(0x110000))
+def _word_chars_of(cps: np.ndarray) -> np.ndarray:
+    """Per code point of ``cps``: its lower-case code point when that is a ``\\w`` character (Python
+    ``re``), else 0 (surrogates and characters that lower to several are not word characters)."""
+    chars = "".join(" " if 0xD800 <= i < 0xE000 else chr(i) for i in cps.tolist())
     lowered = "".join(c if len(c) == 1 else " " for c in (ch.lower() for ch in chars))
     marks = re.sub(r"\w", "\x01", re.sub(r"\W", "\x00", lowered))
     word = np.frombuffer(marks.encode("latin-1"), dtype=np.uint8).astype(bool)
     table = np.frombuffer(lowered.encode("utf-32-le"), dtype=np.uint32).copy()
     table[~word] = 0
     return table
+
+
+class _WordChars:
+    """:func:`_word_chars_of` for every code point, filled in as code points are first seen: the whole
+    table costs ~0.6 s of Python per process, and a corpus uses a few thousand code points."""
+
+    UNKNOWN = np.uint32(0xFFFFFFFF)  # above every code point
+
+    def __init__(self) -> None:
+        self._table: np.ndarray | None = None
+        self.ascii = _word_chars_of(np.arange(128, dtype=np.uint32)).astype(np.uint8)
+
+    def lookup(self, cps: np.ndarray) -> np.ndarray:
+        """The table gathered at ``cps`` (uint32 code points)."""
+        if self._table is None:
+            self._table = np.full(0x110000, self.UNKNOWN, dtype=np.uint32)
+            self._table[:128] = self.ascii
+        out = self._table[cps]
+        missing = out == self.UNKNOWN
+        if missing.any():
+            new = np.unique(cps[missing])
+            self._table[new] = _word_chars_of(new)
+            out = self._table[cps]
+        return out
+
+
+_WORD_CHARS = _WordChars()
+
+
+def _word_chars() -> np.ndarray:
+    """The whole table (tests); the kernel gathers through :data:`_WORD_CHARS` instead."""
+    return _WORD_CHARS.lookup(np.arange(0x110000, dtype=np.uint32))
 
 
 class _Powers:
@@ -272,7 +306,28 @@ class MinHasher:
         """64-bit hashes of every document's shingles, vectorized over the batch.
 
         Returns ``(hashes, offsets)``: document i's shingles are ``hashes[offsets[i]:offsets[i+1]]``.
+        A document's hashes do not depend on the others, so a long batch is hashed in runs of
+        :data:`PASS_CHARS` characters (the powers of a pass over megabytes would cost more than the hashing).
         """
+        texts = list(texts)
+        cuts = [0]
+        size = 0
+        for i, t in enumerate(texts):
+            if size and size + len(t) > PASS_CHARS:
+                cuts.append(i)
+                size = 0
+            size += len(t) + 1
+        if len(cuts) == 1:
+            return self._shingle_hashes64(texts)
+        runs = [self._shingle_hashes64(texts[a:b]) for a, b in zip(cuts, [*cuts[1:], len(texts)], strict=True)]
+        offsets = [np.zeros(1, np.int64)]
+        base = 0
+        for _, off in runs:
+            offsets.append(off[1:] + base)
+            base += int(off[-1])
+        return np.concatenate([h for h, _ in runs]), np.concatenate(offsets)
+
+    def _shingle_hashes64(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         n = self.ngram
         if self.shingle == "char":
             docs = [self._prepare(t) for t in texts]
@@ -294,8 +349,7 @@ class MinHasher:
         np.cumsum(lens[:-1] + 1, out=doc_start[1:])
         with np.errstate(over="ignore"):
             if self.shingle == "word":
-                table = _word_chars()
-                low = table[:128].astype(np.uint8)[cps] if ascii_only else table[cps]
+                low = _WORD_CHARS.ascii[cps] if ascii_only else _WORD_CHARS.lookup(cps)
                 return self._word_hashes(low, doc_start, n)
             return self._char_hashes(cps, doc_start, lens, n)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline import storage
 from pipeline.spec import JobSpec, SpecError, load_spec, parse_spec
 
 
@@ -28,7 +29,7 @@ def problems(spec: JobSpec) -> list[str]:
             cls(spec.stage_params(i), StageContext(spec.name, spec.output.path, i + 1, "")).preflight()
         except ValueError as exc:
             found.append(f"stages.{i}.params.{exc}")
-    if spec.tokenizer and spec.tokenizer.path and not Path(spec.tokenizer.path).is_file():
+    if spec.tokenizer and spec.tokenizer.path and not storage.is_file(spec.tokenizer.path):
         found.append(f"tokenizer.path: no such file {spec.tokenizer.path!r}")
     return found
 

@@ -130,10 +130,28 @@ def npy_array(data: bytes | memoryview, what: str = ".npy member",
     return np.frombuffer(buf, dtype=dtype, count=count, offset=offset)
 
 
+#: .npy headers by (dtype, shape): np.save's header costs far more than the copy of a sample's ids
+_NPY_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
 def npy_bytes(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
-    return buf.getvalue()
+    """``np.save``'s bytes for ``array``; the header of a numeric array is reused for the same dtype and shape."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.kind not in "biuf":
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        return buf.getvalue()
+    key = (array.dtype.str, array.shape)
+    header = _NPY_HEADERS.get(key)
+    if header is None:
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        data = buf.getvalue()
+        if len(_NPY_HEADERS) >= 4096:
+            _NPY_HEADERS.clear()
+        _NPY_HEADERS[key] = data[:len(data) - array.nbytes]
+        return data
+    return header + array.tobytes()
 
 
 def npy_load(data: bytes) -> np.ndarray:
@@ -215,7 +233,54 @@ def encode_sample(
 def tar_bytes(samples: list[dict[str, bytes | str]]) -> bytes:
     """One shard's bytes: the samples' members in a tar with fixed metadata (mtime 0, fixed owner and
     mode), so the same samples always give the same bytes. The one tar writer of the pipeline's shard
-    writer and of ``training.synthetic``."""
+    writer and of ``training.synthetic``.
+
+    The bytes are webdataset's ``TarWriter`` (Python's ``tarfile``) output; the usual members (short
+    ASCII names, bytes values) are laid out here directly, ~10x faster than ``tarfile`` builds each header.
+    """
+    fast = _tar_bytes_direct(samples)
+    return fast if fast is not None else _tar_bytes_wds(samples)
+
+
+_TAR_BLOCK, _TAR_RECORD = 512, 20 * 512
+_TAR_OWNER = b"tokenmill".ljust(32, b"\0")
+#: ustar header fields after the size: mtime 0, checksum placeholder, regular file, no link, ustar magic,
+#: owner/group names, no device numbers (a regular file), no prefix (what tarfile writes for TarWriter's TarInfo)
+_TAR_AFTER_SIZE = (b"00000000000\0" + b" " * 8 + b"0" + b"\0" * 100 + b"ustar\x0000" + _TAR_OWNER + _TAR_OWNER
+                   + b"\0" * 16 + b"\0" * 155 + b"\0" * 12)
+
+
+def _tar_bytes_direct(samples: list[dict[str, bytes | str]]) -> bytes | None:
+    """tarfile's ustar layout for TarWriter(user/group "tokenmill", mode 0o444, mtime 0); None when a member
+    would need more than a plain ustar header (long or non-ASCII name, huge size) or is not bytes."""
+    out: list[bytes] = []
+    for sample in samples:
+        key = sample.get("__key__")
+        if not isinstance(key, str):
+            return None
+        for k in sorted(sample):
+            if k[0] == "_":
+                continue
+            v = sample[k]
+            if not isinstance(v, bytes | bytearray):
+                return None
+            name = f"{key}.{k}"
+            size = len(v)
+            if len(name) > 100 or not name.isascii() or size >= 8 ** 11:
+                return None
+            head = b"%s0000444\x000000000\x000000000\x00%011o\x00%s" % (name.encode().ljust(100, b"\0"), size,
+                                                                       _TAR_AFTER_SIZE)
+            out.append(head[:148] + b"%06o\0" % sum(head) + head[155:])
+            out.append(v)
+            if size % _TAR_BLOCK:
+                out.append(b"\0" * (_TAR_BLOCK - size % _TAR_BLOCK))
+    data = b"".join(out)
+    end = len(data) + 2 * _TAR_BLOCK
+    return data + b"\0" * (2 * _TAR_BLOCK + (-end) % _TAR_RECORD)
+
+
+def _tar_bytes_wds(samples: list[dict[str, bytes | str]]) -> bytes:
+    """The reference writer (and the one for members :func:`_tar_bytes_direct` leaves to it)."""
     import webdataset as wds
 
     buf = io.BytesIO()

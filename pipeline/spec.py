@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -199,8 +200,10 @@ def load_spec(path: str | Path) -> JobSpec:
 
 def _under(base: Path, path: str) -> str:
     """``path`` as written in a spec file: ``~`` is the user's home, a relative path is below the
-    spec's folder, an absolute one stays as it is."""
-    return str(base / os.path.expanduser(path))
+    spec's folder, an absolute one or a URI (``s3://bucket/key``) stays as it is."""
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", path) and not path.startswith("file://"):
+        return path
+    return str(base / os.path.expanduser(path.removeprefix("file://")))
 
 
 def _resolve_stage_paths(stages: Any, base: Path) -> None:

@@ -54,23 +54,31 @@ def main_serve(argv: list[str]) -> int:
     p.add_argument("--output-root", action="append", default=[], metavar="DIR", help="a folder jobs may write")
     p.add_argument("--max-running", type=int, help="jobs at once (default 1)")
     p.add_argument("--ray-address", help="run every job on this Ray cluster (default: a local Ray per job)")
+    p.add_argument("--ray-jobs-url", help="submit every job to this Ray Jobs API, e.g. http://head:8265 "
+                   "($TOKENMILL_RAY_JOBS_URL; the state dir must be shared with the head)")
     p.add_argument("--job-cpus", type=int, help="CPUs of each job's local Ray (default: all)")
     p.add_argument("--max-body-bytes", type=int)
     p.add_argument("--public-docs", action="store_true", help="serve /docs and /openapi.json without a key")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--workers", type=int, default=1, help="API processes on the port (default 1); one of them "
+                   "runs the jobs and the schedules (a lock in the state folder decides which)")
     args = p.parse_args(argv)
+    if args.workers < 1:
+        return _err("--workers: at least 1")
 
     import logging
 
     import uvicorn
 
-    from service.api.app import create_app
+    from service.api.app import SETTINGS_ENV, create_app
 
     try:
         settings = _settings(args, input_roots=tuple(args.root + args.input_root) or None,
                              output_roots=tuple(args.root + args.output_root) or None,
-                             max_running=args.max_running, ray_address=args.ray_address, job_cpus=args.job_cpus,
-                             max_body_bytes=args.max_body_bytes, public_docs=args.public_docs or None)
+                             max_running=args.max_running, ray_address=args.ray_address,
+                             ray_jobs_url=args.ray_jobs_url, job_cpus=args.job_cpus,
+                             max_body_bytes=args.max_body_bytes, public_docs=args.public_docs or None,
+                             freeze_gc=True)
     except ValueError as exc:
         return _err(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -78,8 +86,13 @@ def main_serve(argv: list[str]) -> int:
     print(f"tokenmill serve: http://{args.host}:{args.port}  state {settings.state_dir.resolve()}  "
           f"read roots {', '.join(map(str, roots.read))}  write roots {', '.join(map(str, roots.write))}",
           file=sys.stderr, flush=True)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
-                timeout_graceful_shutdown=5)
+    common: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
+                              "timeout_graceful_shutdown": 5}
+    if args.workers == 1:
+        uvicorn.run(create_app(settings), **common)
+    else:  # worker processes import the app: they get the settings through the environment
+        os.environ[SETTINGS_ENV] = settings.model_dump_json()
+        uvicorn.run("service.api.app:app_from_env", factory=True, workers=args.workers, **common)
     return EXIT_OK
 
 

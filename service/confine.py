@@ -10,6 +10,10 @@ filesystem may have changed in between). Rules:
 - for a glob or a folder, the fixed leading folders must resolve inside a root, and so must every file it
   matches now, so a symlink inside a root that points elsewhere (``/data/link -> /etc``) is refused;
 - the output folder must resolve strictly inside an output root (never the root itself).
+
+Roots and paths may also be object-store URIs (``s3://bucket/prefix``, :mod:`pipeline.storage`): a URI
+path must lie below a URI root of the same scheme and bucket, compared by key prefix (an object store has
+no symlinks to follow), and may not contain a ``..`` segment.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.storage import is_remote
+
 #: at most this many offending files are named per input (the first ones are enough to fix the spec)
 MAX_NAMED = 5
 
@@ -29,20 +35,29 @@ MAX_NAMED = 5
 class Roots:
     read: tuple[Path, ...]
     write: tuple[Path, ...]
+    #: object-store roots (``s3://bucket/prefix``, no trailing slash)
+    remote_read: tuple[str, ...] = ()
+    remote_write: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, input_roots: Iterable[str | os.PathLike[str]],
            output_roots: Iterable[str | os.PathLike[str]]) -> Roots:
-        outs = tuple(_real(p) for p in output_roots)
-        ins = tuple(_real(p) for p in input_roots)
-        return cls(read=tuple(dict.fromkeys(ins + outs)), write=outs)
+        outs_all, ins_all = [os.fspath(p) for p in output_roots], [os.fspath(p) for p in input_roots]
+        outs = tuple(_real(p) for p in outs_all if not is_remote(p))
+        ins = tuple(_real(p) for p in ins_all if not is_remote(p))
+        r_outs = tuple(p.rstrip("/") for p in outs_all if is_remote(p))
+        r_ins = tuple(p.rstrip("/") for p in ins_all if is_remote(p))
+        return cls(read=tuple(dict.fromkeys(ins + outs)), write=outs,
+                   remote_read=tuple(dict.fromkeys(r_ins + r_outs)), remote_write=r_outs)
 
     def to_json(self) -> dict[str, list[str]]:
-        return {"read": [str(p) for p in self.read], "write": [str(p) for p in self.write]}
+        return {"read": [str(p) for p in self.read], "write": [str(p) for p in self.write],
+                "remote_read": list(self.remote_read), "remote_write": list(self.remote_write)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Roots:
-        return cls(read=tuple(Path(p) for p in data["read"]), write=tuple(Path(p) for p in data["write"]))
+        return cls(read=tuple(Path(p) for p in data["read"]), write=tuple(Path(p) for p in data["write"]),
+                   remote_read=tuple(data.get("remote_read", ())), remote_write=tuple(data.get("remote_write", ())))
 
 
 @dataclass(frozen=True)
@@ -108,7 +123,27 @@ def _names(roots: Sequence[Path]) -> str:
     return ", ".join(str(r) for r in roots) or "none configured"
 
 
+def _uri_problem(loc: tuple[str | int, ...], raw: str, roots: tuple[str, ...], what: str,
+                 strictly: bool = False) -> list[PathProblem]:
+    """A URI inside a URI root, by key prefix; ``..`` segments refused (a store would not resolve them)."""
+    if "\0" in raw:
+        return [PathProblem(loc, "contains a NUL byte")]
+    if ".." in raw.split("://", 1)[1].split("/"):
+        return [PathProblem(loc, f"{raw!r} may not contain '..'")]
+    root = raw
+    for c in "*?[":
+        root = root.split(c, 1)[0]
+    if root != raw:
+        root = root.rsplit("/", 1)[0]
+    root = root.rstrip("/")
+    if any(root.startswith(r + "/") or (root == r and not strictly) for r in roots):
+        return []
+    return [PathProblem(loc, f"{raw!r} is not inside {what} ({', '.join(roots) or 'no object-store root configured'})")]
+
+
 def _check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool) -> list[PathProblem]:
+    if is_remote(raw):
+        return _uri_problem(loc, raw, roots.remote_read, "the readable roots")
     bad = _shape(loc, raw)
     if bad:
         return [bad]
@@ -127,6 +162,9 @@ def _check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool
 
 
 def _check_write(loc: tuple[str | int, ...], raw: str, roots: Roots) -> list[PathProblem]:
+    if is_remote(raw):
+        return _uri_problem(loc, raw, roots.remote_write, "an output root (the root itself is not allowed)",
+                            strictly=True)
     bad = _shape(loc, raw)
     if bad:
         return [bad]

@@ -27,3 +27,20 @@ def ray_local():
     init_ray(num_cpus=int(os.environ.get("TOKENMILL_TEST_CPUS", "2")))
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A local S3 server (moto) for the whole session; skipped, with the reason, where moto is missing."""
+    pytest.importorskip("moto", reason="moto[server] is in the test extra: pip install -e '.[test]'")
+    from tests.s3_server import moto_server
+
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def bucket(s3_endpoint):
+    from tests.s3_server import new_bucket
+
+    return new_bucket()

@@ -59,7 +59,9 @@ def test_best_fit_beats_concat_on_the_demo_corpus(demo):
     tok = Tokenizer.from_file(str(out / "output" / "tokenizer.json"))
     enc = DocEncoder(tok, TokenizerInfo.resolve(tok, TokenizerSpec()))
     docs = [(str(i), ids, None) for i, (ids, _) in enumerate(enc.encode(texts, [""] * len(texts)))]
-    _, best = pack_all(docs, "best_fit", 1024)
-    _, concat = pack_all(docs, "concat", 1024)
+    # seq_len 2048, the contract (issue 8: >= 99 % at 2048 on the demo corpus). The corpus is built from the installed
+    # packages' text and this fixture's is small (~600 docs), so 1024 sat at the edge (0.988 once packages changed)
+    _, best = pack_all(docs, "best_fit", 2048)
+    _, concat = pack_all(docs, "concat", 2048)
     assert best.utilization >= 0.99, best.as_dict()
     assert best.docs_cut < concat.docs_cut, (best.as_dict(), concat.as_dict())

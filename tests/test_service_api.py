@@ -12,6 +12,7 @@ The real job process, with Ray, over real HTTP: tests/test_service_e2e.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -23,16 +24,20 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
-from service.api.app import create_app
+from service import auth
+from service.api.app import SETTINGS_ENV, app_from_env, create_app
+from service.api.keycache import KeyCache, _Entry
 from service.api.settings import Settings
+from service.client import main_serve
 from service.confine import Roots
 from service.runner import process
 from service.runner.summary import fold, with_stats
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.store import repo
 from service.store.db import Database
-from service.store.models import JobState
+from service.store.models import ApiKey, JobState, utcnow
 from tests.test_service_store import postgres_url  # noqa: F401 - a fixture
 
 # ---- the API ----------------------------------------------------------------------------------------------
@@ -251,6 +256,85 @@ def test_readyz_reports_database_and_ray(api):
     client, _, _ = api
     body = client.get("/readyz").json()
     assert body["status"] == "ready" and body["checks"]["database"]["ok"] and body["checks"]["ray"]["ok"]
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_keys_are_cached_for_at_most_the_ttl_and_a_revocation_here_applies_at_once(api):
+    client, headers, root = api
+    clock = _Clock()
+    client.app.state.key_cache = cache = KeyCache(ttl_s=10.0, clock=clock)
+    db = client.app.state.db
+    key_id = headers["Authorization"].split("_")[1]
+    assert client.get("/v1/jobs", headers=headers).status_code == 200 and len(cache) == 1
+    with db.read() as s:
+        assert s.get(ApiKey, key_id).last_used_at is not None  # the read that filled the cache refreshed it
+    wrong = {"Authorization": headers["Authorization"][:-1] + ("A" if headers["Authorization"][-1] != "A" else "B")}
+    assert client.get("/v1/jobs", headers=wrong).status_code == 401  # a cached key still checks the secret
+    # revoked by another process (a plain UPDATE: no ORM event reaches this process's cache)
+    with db.session() as s:
+        s.execute(update(ApiKey).where(ApiKey.id == key_id).values(revoked_at=utcnow()))
+    clock.now += 9.9
+    assert client.get("/v1/jobs", headers=headers).status_code == 200  # within the TTL: the cached row
+    clock.now += 0.1
+    assert client.get("/v1/jobs", headers=headers).status_code == 401 and len(cache) == 0
+    # a new key works at once, and a revocation flushed in this process drops it from the cache at once
+    with db.session() as s:
+        other, token = repo.create_key(s, "other")
+    mine = {"Authorization": f"Bearer {token}"}
+    assert client.get("/v1/jobs", headers=mine).status_code == 200 and len(cache) == 1
+    with db.session() as s:
+        repo.revoke_key(s, other.id)
+    assert len(cache) == 0 and client.get("/v1/jobs", headers=mine).status_code == 401
+
+
+def test_key_reads_are_shared_refreshed_ahead_of_expiry_and_skipped_with_a_zero_ttl():
+    new = auth.generate()
+    key = ApiKey(id=new.id, name="k", secret_hash=new.secret_hash)
+    reads = []
+    clock = _Clock()
+
+    def read(db, key_id, secret, started):  # stands in for the database read, in the thread pool as it is
+        reads.append(started)
+        time.sleep(0.05)
+        return _Entry(key, key.secret_hash, started + cache.ttl_s / 2, started + cache.ttl_s)
+
+    async def scenario() -> None:
+        # 20 requests at once on a cold cache: one read, all wait for it
+        assert [k.id for k in await asyncio.gather(*(cache.authenticate(None, new.token) for _ in range(20)))] \
+            == [new.id] * 20 and len(reads) == 1
+        assert await cache.authenticate(None, "tm_nothex_x") is None and len(reads) == 1  # malformed: no read
+        clock.now += 6.0  # past half the entry's life: served at once, a read starts in the background
+        assert (await cache.authenticate(None, new.token)).id == new.id
+        assert list(cache._loading) == [new.id]  # returned while its read was still going
+        await asyncio.sleep(0.2)
+        assert len(reads) == 2 and reads[-1] == clock.now and not cache._loading
+        clock.now += 6.0  # 12 s after the first read, 6 s after the second: still live, no read
+        assert (await cache.authenticate(None, new.token)).id == new.id and len(reads) == 2
+
+    cache = KeyCache(ttl_s=10.0, clock=clock)
+    cache._read = read
+    asyncio.run(scenario())
+    reads.clear()
+    cache = KeyCache(ttl_s=0)
+    cache._read = read
+    for _ in range(3):
+        assert asyncio.run(cache.authenticate(None, new.token)).id == new.id
+    assert len(reads) == 3 and len(cache) == 0
+
+
+def test_serve_workers_get_the_same_settings_through_the_environment(tmp_path, monkeypatch):
+    settings = Settings(state_dir=tmp_path / "state", input_roots=(tmp_path / "in",), output_roots=(tmp_path,),
+                        max_running=3, auth_cache_s=2.5, freeze_gc=True, run_supervisor=False)
+    monkeypatch.setenv(SETTINGS_ENV, settings.model_dump_json())
+    assert app_from_env().state.settings == settings
+    assert main_serve(["--workers", "0"]) == 2
 
 
 # ---- the figures a job shows, folded from its events -----------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from service.store import repo
-from service.store.db import Database
+from service.store.db import Database, ReadOnlyError
 from service.store.models import ApiKey, JobState, utcnow
 
 PG_URLS = [os.environ["TOKENMILL_TEST_PG_URL"]] if os.environ.get("TOKENMILL_TEST_PG_URL") else [
@@ -203,3 +203,114 @@ def test_api_keys_are_stored_hashed_checked_and_revocable(database):
         assert repo.authenticate(s, token) is None
         with pytest.raises(repo.NotFound):
             repo.revoke_key(s, "000000000000")
+
+
+def test_keys_are_found_without_a_write_and_last_used_is_refreshed_once_per_resolution(database):
+    with database.session() as s:
+        key, token = repo.create_key(s, "poller")
+        revoked, _ = repo.create_key(s, "old")
+        repo.revoke_key(s, revoked.id)
+    with database.read() as s:
+        assert repo.find_key(s, key.id).secret_hash == key.secret_hash
+        assert repo.find_key(s, revoked.id) is None and repo.find_key(s, "000000000000") is None
+    with database.session() as s:
+        repo.touch_key(s, key.id)
+    with database.read() as s:
+        first = s.get(ApiKey, key.id).last_used_at
+    assert first is not None
+    with database.session() as s:
+        repo.touch_key(s, key.id)  # within the resolution: left as it is
+    with database.read() as s:
+        assert s.get(ApiKey, key.id).last_used_at == first
+    with database.session() as s:
+        s.get(ApiKey, key.id).last_used_at = first - repo.LAST_USED_RESOLUTION - timedelta(seconds=1)
+    with database.session() as s:
+        repo.touch_key(s, key.id)
+    with database.read() as s:
+        assert s.get(ApiKey, key.id).last_used_at >= first
+
+
+def test_a_read_session_sees_committed_rows_and_refuses_to_write(database):
+    with database.session() as s:
+        job, _ = repo.create_job(s, {"name": "r"}, name="r", spec_hash="0" * 64, output_path="/o/r")
+    with database.read_connection() as conn:
+        got, attempts = repo.job_status(conn, job.id)
+        assert (got.name, got.state, got.spec, attempts) == ("r", "QUEUED", {"name": "r"}, [])
+        with pytest.raises(repo.NotFound):
+            repo.job_status(conn, "nope")
+    for _ in range(2):  # two attempts, the first one ended
+        with database.session() as s:
+            started, att = repo.start_attempt(s, job.id, run_dir=lambda j, n: f"/r/{j}/{n}", host="h")
+            att.outcome = "lost"
+            started.state = JobState.QUEUED
+    with database.read_connection() as conn:
+        got, attempts = repo.job_status(conn, job.id)
+    assert got.attempt == 2
+    assert [(a.number, a.host, a.outcome) for a in attempts] == [(1, "h", "lost"), (2, "h", "lost")]
+    with pytest.raises(ReadOnlyError):
+        with database.read() as s:
+            repo.get_job(s, job.id).name = "changed"
+    with pytest.raises(ReadOnlyError):
+        with database.read() as s:
+            repo.create_key(s, "no")  # create_key flushes
+    with database.read() as s:
+        assert repo.get_job(s, job.id).name == "r" and repo.list_keys(s) == []
+
+
+def test_sqlite_reads_take_no_lock_while_a_writer_holds_it(tmp_path):
+    """BEGIN IMMEDIATE for writes, a deferred BEGIN for reads: a read answers while a write transaction is open
+    (it would wait out the busy timeout if reads took the write lock too)."""
+    db = Database(f"sqlite:///{tmp_path / 'locks.db'}")
+    db.migrate()
+    with db.session() as s:
+        job, _ = repo.create_job(s, {"name": "w"}, name="w", spec_hash="0" * 64, output_path="/o/w")
+    with db.session() as writer:
+        repo.lock_job(writer, job.id).name = "being written"
+        writer.flush()
+        t = time.monotonic()
+        with db.read() as s:
+            assert repo.get_job(s, job.id).name == "w"  # the snapshot before the writer's commit
+        assert time.monotonic() - t < 1.0
+    with db.read() as s:
+        assert repo.get_job(s, job.id).name == "being written"
+    db.dispose()
+
+
+def test_postgres_pings_a_pooled_connection_only_after_it_idled(postgres_url, monkeypatch):
+    """A connection whose server process died is replaced at checkout when it idled past PING_IDLE_S; one used
+    within it is not pinged (one round trip saved per read), so its next statement fails once (the API
+    answers 503) and the pool then reconnects."""
+    from sqlalchemy.exc import OperationalError
+
+    from service.store import db as db_module
+
+    db = Database(postgres_url)
+
+    def pid() -> int:
+        with db.engine.connect() as conn:
+            return conn.execute(text("SELECT pg_backend_pid()")).scalar()
+
+    def kill(victim: int) -> None:
+        other = create_engine(postgres_url)
+        with other.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": victim})
+            gone = text("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = :p")
+            for _ in range(100):
+                if conn.execute(gone, {"p": victim}).scalar():
+                    break
+                time.sleep(0.05)
+        other.dispose()
+
+    try:
+        first = pid()
+        kill(first)
+        monkeypatch.setattr(db_module, "PING_IDLE_S", 0.0)  # idled "long enough": pinged, replaced
+        second = pid()
+        assert second != first
+        kill(second)
+        monkeypatch.setattr(db_module, "PING_IDLE_S", 3600.0)  # used "a moment ago": not pinged
+        with pytest.raises(OperationalError):
+            pid()
+        assert pid() not in (first, second)
+    finally:
+        db.dispose()

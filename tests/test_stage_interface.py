@@ -167,10 +167,10 @@ class FakeRecorder:
         self.calls: list[dict[str, Any]] = []
         self.rejected: list[dict[str, Any]] = []
 
-    def counts(self, **kw: Any) -> None:
+    def counts(self, key: str | None = None, **kw: Any) -> None:
         self.calls.append(kw)
 
-    def rejects(self, rows: list[dict[str, Any]]) -> None:
+    def rejects(self, rows: list[dict[str, Any]], key: str | None = None) -> None:
         self.rejected.extend(rows)
 
 

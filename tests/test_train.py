@@ -101,10 +101,12 @@ def test_deepspeed_zero2_trains_the_same_steps(shards, uninterrupted, tmp_path):
     except Exception as exc:  # not installed, or no usable accelerator build
         pytest.skip(f"DeepSpeed is not usable here ({type(exc).__name__}: {exc}); "
                     "install with: pip install --no-build-isolation 'tokenmill[deepspeed]'")
+    # one run covers ZeRO-2 and DeepSpeed's own gradient accumulation: 2 micro-batches of 2 rows must make the
+    # uninterrupted FSDP run's steps of 4 rows (a second DeepSpeed run would cost a minute of CI)
     out = tmp_path / "ds"
     proc = train(shards, out, "--set", "parallel.strategy=deepspeed",
                  "--set", f"parallel.deepspeed_config={REPO / 'training/configs/deepspeed_zero2.json'}",
-                 "--max-steps", "6", timeout=300)
+                 "--set", "data.batch_size=2", "--set", "optim.grad_accum=2", "--max-steps", "6", timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "deepspeed bf16" in proc.stderr
     ds = losses(out)
@@ -117,19 +119,13 @@ def test_deepspeed_zero2_trains_the_same_steps(shards, uninterrupted, tmp_path):
     assert ds[-1][1] < ds[0][1] - 0.4
     assert (out / "checkpoints" / "step-00000006" / "loader-rank0.json").exists()
 
-    # DeepSpeed's own gradient accumulation: 2 micro-batches of 2 rows make the same steps again
-    out = tmp_path / "ds-accum"
-    proc = train(shards, out, "--set", "parallel.strategy=deepspeed",
-                 "--set", f"parallel.deepspeed_config={REPO / 'training/configs/deepspeed_zero2.json'}",
-                 "--set", "data.batch_size=2", "--set", "optim.grad_accum=2", "--max-steps", "5", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    def rows(path: Path) -> list[dict]:
-        return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    def rows(path: Path) -> dict[int, dict]:
+        return {r["step"]: r for r in map(json.loads, (path / "metrics.jsonl").read_text().splitlines())}
 
-    for acc, ref in zip(rows(out), rows(tmp_path / "ds"), strict=False):
-        assert acc["loss"] == pytest.approx(ref["loss"], abs=2e-2), acc["step"]
+    ref = rows(uninterrupted)
+    for step, acc in sorted(rows(out).items())[:5]:
         # gradients of the same size, not k times smaller or larger (clipping would hide that in the loss)
-        assert acc["grad_norm"] == pytest.approx(ref["grad_norm"], rel=5e-2), acc["step"]
+        assert acc["grad_norm"] == pytest.approx(ref[step]["grad_norm"], rel=5e-2), step
 
 
 def test_corrupted_shard_stops_training_with_its_name(shards, tmp_path):

@@ -49,6 +49,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from pipeline import storage
 from pipeline.shard_format import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
@@ -115,7 +116,8 @@ class _CredentialSafeRedirects(urllib.request.HTTPRedirectHandler):
 
 
 class ShardSource:
-    """Reads the manifest and shard bytes from a local directory or an HTTP(S) base URL.
+    """Reads the manifest and shard bytes from a local directory, an object-store URI (``s3://bucket/set``,
+    through :mod:`pipeline.storage`) or an HTTP(S) base URL.
 
     Every read is bounded: the manifest by ``MAX_MANIFEST_BYTES``, a shard by its ``bytes`` in the
     manifest (a longer body or file is refused after ``limit + 1`` bytes, a device or FIFO at once).
@@ -142,7 +144,9 @@ class ShardSource:
         return _is_url(self.location)
 
     def describe(self, relpath: str) -> str:
-        return f"{self.location}/{relpath}" if self.is_http else str(Path(self.location) / relpath)
+        if self.is_http or storage.is_remote(self.location):
+            return f"{self.location.rstrip('/')}/{relpath}"
+        return str(Path(self.location) / relpath)
 
     def read(self, relpath: str, limit: int) -> bytes:
         return self.fetch(relpath, limit)[0]
@@ -152,6 +156,13 @@ class ShardSource:
         if self.is_http:
             return self._http_get(relpath, limit)
         where = self.describe(relpath)
+        if storage.is_remote(where):  # an object store (s3://...): pyarrow's filesystem, bounded like a file
+            try:
+                return storage.read_bytes(where, limit), where
+            except ValueError as exc:
+                raise LoaderError(f"{relpath}: {exc}") from None
+            except OSError as exc:
+                raise LoaderError(f"{relpath}: cannot read {where}: {exc}") from None
         try:
             return read_regular(where, limit), where
         except OSError as exc:

@@ -17,7 +17,6 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
+from pipeline import storage
 from pipeline.dedup import graph as g
 from pipeline.dedup.index import write_table_atomic
 from pipeline.documents import reject_row, text_bytes
@@ -57,7 +57,7 @@ def default_partitions() -> int:
 
 # ---- document blocks ----------------------------------------------------------------------------
 
-@ray.remote(num_cpus=0.25)
+@ray.remote(num_cpus=1)  # whole CPUs: fractional tasks would start extra worker processes
 def _block_stats(table: pa.Table) -> tuple[int, int, int, int, bool]:
     """(rows, min ord, max ord, text bytes, ords sorted) of one block."""
     if table.num_rows == 0:
@@ -204,12 +204,12 @@ def connected_components(inputs: list[list[ray.ObjectRef]], parts: int, max_roun
     raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
 
 
-@ray.remote(num_cpus=0.5)
+@ray.remote(num_cpus=1)
 def write_part(folder: str, table_name: str, part: int, schema: pa.Schema, *pieces: pa.Table) -> int:
     """Write partition ``part`` of one index table from the pieces every task produced for it."""
     tables = [p for p in pieces if p.num_rows]
     table = pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
-    write_table_atomic(table, Path(folder) / table_name / f"part-{part:05d}.parquet")
+    write_table_atomic(table, storage.join(folder, table_name, f"part-{part:05d}.parquet"))
     return table.num_rows
 
 

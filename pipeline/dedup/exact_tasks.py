@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import ray
 
+from pipeline import storage
 from pipeline.dedup import distributed as dr
 from pipeline.dedup.exact import ExactDedup, normalized_hash
 from pipeline.dedup.graph import partition_of
@@ -54,7 +54,7 @@ def _exact_reduce(part: int, parts: int, bounds: np.ndarray, sources: list[Index
     if index_folder is not None:
         keep = start & (pub_id == None)  # noqa: E711
         kept = pa.table({"h1": h1[keep], "h2": h2[keep], "id": [ids[k] for k in order[keep]]}, schema=INDEX_SCHEMA)
-        write_table_atomic(kept, Path(index_folder) / "hashes" / f"part-{part:05d}.parquet")
+        write_table_atomic(kept, storage.join(index_folder, "hashes", f"part-{part:05d}.parquet"))
         written = kept.num_rows
     return (*dr.route_table(drops, "ord", bounds), written)
 

@@ -83,7 +83,10 @@ def jaccard_sorted(a: np.ndarray, b: np.ndarray) -> float:
     """Jaccard similarity of two sorted arrays of distinct values."""
     if len(a) == 0 and len(b) == 0:
         return 1.0
-    inter = len(np.intersect1d(a, b, assume_unique=True))
+    if len(a) > len(b):
+        a, b = b, a
+    # the shorter array looked up in the longer: no sort of their concatenation (np.intersect1d)
+    inter = int(np.count_nonzero(b[np.minimum(np.searchsorted(b, a), len(b) - 1)] == a)) if len(b) else 0
     return inter / (len(a) + len(b) - inter)
 
 

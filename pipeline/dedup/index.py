@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import storage
 from pipeline.dedup.graph import partition_of
 
 INDEX_VERSION = 1
@@ -28,24 +27,24 @@ class DedupIndexError(ValueError):
     """An earlier output cannot be deduplicated against: missing, or built with other parameters."""
 
 
-def index_dir(output_dir: str, stage: str) -> Path:
-    return Path(output_dir) / "index" / stage
+def index_dir(output_dir: str, stage: str) -> str:
+    return storage.join(os.fspath(output_dir), "index", stage)
 
 
-def write_table_atomic(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+def write_table_atomic(table: pa.Table, path: str) -> None:
+    with storage.open_output(os.fspath(path)) as f:
+        pq.write_table(table, f)
 
 
-def write_meta(folder: Path, stage: str, partitions: int, params: dict[str, Any], rows: dict[str, int]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+def _read(path: str, columns: list[str] | None = None) -> pa.Table:
+    with storage.open_input(path) as f:
+        return pq.read_table(f, columns=columns)
+
+
+def write_meta(folder: str, stage: str, partitions: int, params: dict[str, Any], rows: dict[str, int]) -> None:
     meta = {"version": INDEX_VERSION, "stage": stage, "partitions": partitions, "params": params,
             "rows": rows}
-    tmp = folder / f".meta.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-    os.replace(tmp, folder / "meta.json")
+    storage.write_text(storage.join(os.fspath(folder), "meta.json"), json.dumps(meta, indent=2, sort_keys=True))
 
 
 @dataclass(frozen=True)
@@ -61,24 +60,24 @@ class IndexSource:
 
         Reads one file when the earlier job used the same partition count, else filters all files.
         """
-        base = Path(self.folder) / table_name
+        base = storage.join(self.folder, table_name)
         if parts == self.partitions:
-            return pq.read_table(base / f"part-{part:05d}.parquet")
+            return _read(storage.join(base, f"part-{part:05d}.parquet"))
         tables = []
         for j in range(self.partitions):
-            t = pq.read_table(base / f"part-{j:05d}.parquet")
+            t = _read(storage.join(base, f"part-{j:05d}.parquet"))
             if t.num_rows:
                 col = t.column(key).to_numpy()
                 tables.append(t.filter(pa.array(partition_of(col, parts) == part)))
-        return pa.concat_tables(tables) if tables else pq.read_table(base / "part-00000.parquet").slice(0, 0)
+        return pa.concat_tables(tables) if tables else _read(storage.join(base, "part-00000.parquet")).slice(0, 0)
 
     def lookup(self, table_name: str, key: str, values: np.ndarray, columns: list[str]) -> pa.Table:
         """Rows whose ``key`` is in ``values``, reading only the partitions those values live in."""
-        base = Path(self.folder) / table_name
+        base = storage.join(self.folder, table_name)
         parts = partition_of(values, self.partitions)
-        tables = [pq.read_table(base / "part-00000.parquet", columns=[key, *columns]).slice(0, 0)]
+        tables = [_read(storage.join(base, "part-00000.parquet"), [key, *columns]).slice(0, 0)]
         for j in np.unique(parts):
-            t = pq.read_table(base / f"part-{int(j):05d}.parquet", columns=[key, *columns])
+            t = _read(storage.join(base, f"part-{int(j):05d}.parquet"), [key, *columns])
             want = values[parts == j]
             tables.append(t.filter(pa.array(np.isin(t.column(key).to_numpy(), want))))
         return pa.concat_tables(tables)
@@ -91,14 +90,14 @@ def open_sources(paths: str | list[str] | None, stage: str, params: dict[str, An
     out = []
     for p in [paths] if isinstance(paths, str) else paths:
         folder = index_dir(p, stage)
-        meta_path = folder / "meta.json"
-        if not meta_path.is_file():
+        meta_path = storage.join(folder, "meta.json")
+        if not storage.is_file(meta_path):
             raise DedupIndexError(
                 f"dedup_against: {p!r} has no {stage} index ({meta_path} is missing); "
                 f"was it written by a tokenmill job that ran the {stage!r} stage?"
             )
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = json.loads(storage.read_text(meta_path))
         except (OSError, json.JSONDecodeError) as exc:
             raise DedupIndexError(f"dedup_against: cannot read {meta_path}: {exc}") from None
         if meta.get("version") != INDEX_VERSION or meta.get("stage") != stage:

@@ -113,8 +113,14 @@ class NearConfig:
         out = []
         for i in range(0, len(texts), SIGN_BATCH):
             h, off = mh.shingle_hashes64(texts[i : i + SIGN_BATCH])
-            out.extend(np.unique(h[off[k] : off[k + 1]]) for k in range(len(off) - 1))
+            out.extend(_sorted_distinct(h[off[k] : off[k + 1]]) for k in range(len(off) - 1))
         return out
+
+
+def _sorted_distinct(h: np.ndarray) -> np.ndarray:
+    """``np.unique(h)``, by a sort (twice as fast as numpy's hash-based unique on these arrays)."""
+    h = np.sort(h)
+    return h[np.r_[True, h[1:] != h[:-1]]] if len(h) else h
 
 
 class NearDedup(DatasetStage):

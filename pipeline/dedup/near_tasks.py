@@ -43,7 +43,8 @@ def _pairs_to_parts(pairs: np.ndarray, parts: int) -> tuple:
 
 @ray.remote(num_cpus=1)
 def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Any) -> tuple:
-    """Band rows (key, ord) of one block, split by key partition."""
+    """Band rows (key, ord) of one block, split by key partition; last, the block's signatures
+    ``(ords, sigs)`` of the documents that have one (the index reuses them rather than signing again)."""
     t0 = time.perf_counter()
     sigs, counts = cfg.sign(table.column("text").to_pylist())
     ords = table.column("ord").to_numpy().astype(np.int64)
@@ -52,7 +53,7 @@ def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Any) -> tu
     rows = np.stack([keys.ravel().view(np.int64), np.repeat(ords[has], cfg.bands)], axis=1)
     pieces = [x[0] for x in g.split_by(g.partition_of(keys.ravel(), parts), parts, rows)]
     recorder.counts(seconds=time.perf_counter() - t0)
-    return tuple(pieces) if parts > 1 else pieces[0]
+    return (*pieces, (ords[has], sigs[has]))
 
 
 @ray.remote(num_cpus=1)
@@ -170,7 +171,7 @@ def _verify_hop2(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray
     return _pairs_to_parts(edges, parts)
 
 
-@ray.remote(num_cpus=0.5)
+@ray.remote(num_cpus=1)  # whole CPUs: a fractional task would start extra worker processes
 def _route_labels(bounds: np.ndarray, nsources: int, labels: np.ndarray) -> tuple:
     """Labels (v, root) of new documents, split by where the root's id lives: the group of a new
     root, or the source of a published one."""
@@ -183,7 +184,7 @@ def _route_labels(bounds: np.ndarray, nsources: int, labels: np.ndarray) -> tupl
     return tuple(out) if len(out) > 1 else out[0]
 
 
-@ray.remote(num_cpus=0.5)
+@ray.remote(num_cpus=1)
 def _root_ids_new(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, bounds: np.ndarray,
                   *pieces: np.ndarray) -> tuple:
     labels = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
@@ -194,7 +195,7 @@ def _root_ids_new(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarra
     return tuple(out) if len(out) > 1 else out[0]
 
 
-@ray.remote(num_cpus=0.5)
+@ray.remote(num_cpus=1)
 def _root_ids_published(source: IndexSource, s: int, nsources: int, bounds: np.ndarray,
                         *pieces: np.ndarray) -> tuple:
     labels = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
@@ -212,18 +213,35 @@ def _root_ids_published(source: IndexSource, s: int, nsources: int, bounds: np.n
 
 @dataclass(frozen=True)
 class _Indexer:
-    """Index rows of the documents a block keeps: band keys and signatures (by partition)."""
+    """Index rows of the documents a block keeps: band keys and signatures (by partition).
+
+    The signatures are those :func:`_band_map` computed for the block (``sigs[i]``: ``(ords, sigs)`` of the
+    block whose ords are ``lo[i]..hi[i]``), looked up by ord: MinHash is not computed twice.
+    """
 
     cfg: NearConfig
     parts: int
+    sigs: tuple[ray.ObjectRef, ...]
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    def _signatures(self, kept: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of ``kept`` that have a signature, their signatures)."""
+        if kept.num_rows == 0:
+            return np.zeros(0, np.int64), np.zeros((0, self.cfg.num_perm), np.uint32)
+        ords = kept.column("ord").to_numpy().astype(np.int64)
+        first = int(ords.min())
+        block = next(i for i, (a, b) in enumerate(zip(self.lo, self.hi, strict=True)) if a <= first <= b)
+        sig_ords, sigs = ray.get(self.sigs[block])
+        order = np.argsort(sig_ords, kind="stable")
+        pos = np.minimum(np.searchsorted(sig_ords[order], ords), max(len(order) - 1, 0))
+        has = sig_ords[order[pos]] == ords if len(order) else np.zeros(len(ords), bool)
+        return np.flatnonzero(has), sigs[order[pos[has]]]
 
     def pieces(self, kept: pa.Table) -> list[pa.Table]:
-        sigs, counts = self.cfg.sign(kept.column("text").to_pylist()) if kept.num_rows else (
-            np.zeros((0, self.cfg.num_perm), np.uint32), np.zeros(0, np.int64))
-        has = counts > 0
-        ords = kept.column("ord").to_numpy().astype(np.int64)[has] if kept.num_rows else np.zeros(0, np.int64)
-        ids = np.array(kept.column("id").to_pylist(), dtype=object)[has] if kept.num_rows else np.zeros(0, object)
-        sigs = sigs[has]
+        rows, sigs = self._signatures(kept)
+        ords = kept.column("ord").to_numpy().astype(np.int64)[rows] if kept.num_rows else np.zeros(0, np.int64)
+        ids = np.array(kept.column("id").to_pylist(), dtype=object)[rows] if kept.num_rows else np.zeros(0, object)
         keys = band_keys(sigs, self.cfg.bands, self.cfg.rows).ravel()
         bands = pa.table({"key": keys, "node": np.repeat(ords, self.cfg.bands)}, schema=BAND_SCHEMA)
         kp = g.partition_of(keys, self.parts)
@@ -252,8 +270,8 @@ def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
         return ray.data.from_arrow_refs(blocks.refs) if blocks.refs else ds
     G = blocks.groups
     gpu = {"num_gpus": 1} if p.device == "cuda" else {}
-    maps = [dr.call(_band_map, parts, ref, cfg, parts, recorder, **gpu) for ref in live]
-    per_part = dr.transpose(maps)
+    maps = [dr.call(_band_map, parts + 1, ref, cfg, parts, recorder, **gpu) for ref in live]
+    per_part = dr.transpose([m[:parts] for m in maps])
     if p.verify:
         red = [dr.call(_band_reduce, 2 * G, j, parts, blocks.bounds, sources, True, p.max_bucket,
                        *per_part[j]) for j in range(parts)]
@@ -263,7 +281,9 @@ def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
                          *per_part[j]) for j in range(parts)]
     labels, _rounds = dr.connected_components(edges, parts)
     drops = _drops(blocks, sources, labels)
-    indexer = _Indexer(cfg, parts) if folder is not None else None
+    lives = [i for i, n in enumerate(blocks.rows) if n > 0]
+    indexer = _Indexer(cfg, parts, tuple(m[parts] for m in maps), tuple(int(blocks.lo[i]) for i in lives),
+                       tuple(int(blocks.hi[i]) for i in lives)) if folder is not None else None
     out, index_pieces = dr.apply_drops(blocks, drops, recorder, indexer, 2 * parts if indexer else 0)
     result = ray.data.from_arrow_refs(out)
     if folder is not None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from pipeline import storage
 from pipeline.job import events as ev
 from pipeline.spec import JobSpec
 
@@ -25,6 +25,10 @@ def parallelism(requested: int | None) -> int:
     return requested or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
+#: times the curate phase is run when Ray loses work it cannot rebuild (see :func:`curate`)
+CURATE_ATTEMPTS = 3
+
+
 def curate(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit: Callable[[ev.Event], None],
            check_cancel: Callable[[], None]) -> dict[str, Any]:
     """Read and curate every input; write the kept documents as Parquet parts in ``curated_dir``.
@@ -32,20 +36,80 @@ def curate(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit: Call
     Returns the phase's record: the parts (name, rows, first ord, writer), the number of documents
     and every stage's counters. Dropped documents go to ``stage_dir/rejected``, dedup indexes to
     ``stage_dir/index``: both are published with the shards.
+
+    A node lost mid-phase is Ray's to recover: its tasks and actor tasks run again elsewhere (Ray Data
+    restarts a pool's actors and retries their tasks by default, ``max_restarts=-1`` and
+    ``max_task_retries=-1``; a restarted actor needs room on another node) and the blocks it held are
+    rebuilt from their lineage; each batch run again is counted once (:mod:`pipeline.job.stats`). Work Ray
+    cannot rebuild (an object whose lineage or owner is gone) fails the attempt with an object, actor or
+    node loss: the phase then starts over from empty folders and a new stats actor, at most
+    :data:`CURATE_ATTEMPTS` times in all.
     """
+    from pipeline.job.engine import JobError
+
+    for attempt in range(1, CURATE_ATTEMPTS + 1):
+        try:
+            return _curate_once(spec, curated_dir, stage_dir, par, emit, check_cancel, attempt)
+        except Exception as exc:
+            lost = lost_work(exc)
+            if lost is None:
+                raise
+            first = (str(lost).splitlines() or [type(lost).__name__])[0]
+            if attempt == CURATE_ATTEMPTS:
+                raise JobError(f"curate: Ray lost work {attempt} times, the last: {type(lost).__name__}: {first}",
+                               "infra") from None
+            emit(ev.LogLine(level="warning", message=f"curate: attempt {attempt} of {CURATE_ATTEMPTS} lost work Ray "
+                                                     f"could not rebuild ({type(lost).__name__}: {first}); "
+                                                     "starting the phase again"))
+            _reset(curated_dir, stage_dir)
+    raise AssertionError("unreachable")
+
+
+def lost_work(exc: BaseException) -> BaseException | None:
+    """The Ray error in ``exc`` (or its causes) that says work was lost with a worker or a node, else None:
+    an application error, a cancel or an actor whose constructor failed is not retried."""
+    import ray.exceptions as rex
+
+    todo: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, rex.LocalRayletDiedError):
+            return None  # this process's own node: nothing left to run on
+        if isinstance(e, rex.RayActorError) and not e.actor_init_failed:
+            return e
+        if isinstance(e, (rex.ObjectLostError, rex.NodeDiedError, rex.WorkerCrashedError)) and not isinstance(
+                e, rex.ReferenceCountingAssertionError):
+            return e
+        todo += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+    return None
+
+
+def _reset(curated_dir: str, stage_dir: str) -> None:
+    """Empty what an attempt wrote: curated parts, ``rejected/`` and dedup indexes."""
+    for folder in (curated_dir, storage.join(stage_dir, "rejected"), storage.join(stage_dir, "index")):
+        storage.rmtree(folder)
+    storage.makedirs(curated_dir)
+
+
+def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit: Callable[[ev.Event], None],
+                 check_cancel: Callable[[], None], attempt: int) -> dict[str, Any]:
     import ray
 
     from pipeline.dedup.index import DedupIndexError
     from pipeline.job.engine import JobError
-    from pipeline.job.stats import StageRecorder, StatsActor
+    from pipeline.job.stats import StageRecorder, start_stats_actor
     from pipeline.output.curated import write_part
     from pipeline.readers import expand_inputs
 
-    stats_actor = StatsActor.remote()
-    rejected_dir = str(Path(stage_dir) / "rejected") if spec.output.write_rejected else None
+    stats_actor = start_stats_actor()
+    rejected_dir = storage.join(stage_dir, "rejected") if spec.output.write_rejected else None
 
     def recorder(key: str) -> StageRecorder:
-        return StageRecorder(key, stats_actor, rejected_dir)
+        return StageRecorder(key, stats_actor, rejected_dir, attempt)
 
     files = expand_inputs(spec.inputs)
     reporter = _CounterReporter(stats_actor, emit)
@@ -62,9 +126,27 @@ def curate(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit: Call
             check_cancel()
             parts.extend(batch.to_pylist())
     counters = ray.get(stats_actor.snapshot.remote())
+    repeated = ray.get(stats_actor.repeated.remote())
+    if repeated:
+        emit(ev.LogLine(level="warning", message="curate: Ray ran work again after losing a worker; batches it had "
+                                                 f"counted already were not counted twice: {repeated}"))
+    if rejected_dir:
+        _drop_stale_rejects(rejected_dir, attempt)
     emit(ev.StageCounters(stages=counters))
     return {"parts": parts, "docs": sum(p["rows"] for p in parts), "stages": counters, "files": len(files),
-            "writers": sorted({p["writer"] for p in parts})}
+            "writers": sorted({p["writer"] for p in parts}), "attempts": attempt, "repeated_reports": repeated}
+
+
+def _drop_stale_rejects(rejected_dir: str, attempt: int) -> None:
+    """Remove from ``rejected/`` what is not this attempt's: files a failed attempt's stragglers wrote after
+    the folder was emptied, and the temporary file of a write cut short with its worker."""
+    from pipeline.job.stats import reject_file_tag
+
+    tag = reject_file_tag(attempt)
+    for path in storage.list_files(rejected_dir):
+        name = storage.name(path)
+        if not (name.startswith(tag) and name.endswith(".jsonl")):
+            storage.delete_file(path)
 
 
 def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Callable[[str], Any]) -> Any:
@@ -99,7 +181,7 @@ def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Calla
     for i, stage_spec in enumerate(spec.stages, start=1):
         cls = stage_class(stage_spec.type)
         params = spec.stage_params(i - 1)
-        ctx = StageContext(spec.name, stage_dir, i, str(Path(stage_dir) / "index"), spec.execution.seed)
+        ctx = StageContext(spec.name, stage_dir, i, storage.join(stage_dir, "index"), spec.execution.seed)
         key = f"{i:02d}-{cls.name}"
         if isinstance(cls, type) and issubclass(cls, DatasetStage):
             ds = cls(params, ctx).apply(flush(ds), recorder(key))
@@ -111,7 +193,6 @@ def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Calla
             chain_resources = dict(cls.resources)
             chain.append(BatchStageRunner.constructor_args(cls, params, ctx, recorder(key)))  # prepare(), once
     return flush(ds)
-
 
 
 class _CounterReporter:

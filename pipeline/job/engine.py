@@ -18,24 +18,25 @@ The driver handles counts and names only: documents and tokens stay on the worke
 
 from __future__ import annotations
 
-import shutil
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from pipeline import storage
 from pipeline.job import events as ev
 from pipeline.job.output_dir import (
-    OutputDir,
     OutputError,
     check_not_overlapping,
     describe_os_error,
+    open_output_dir,
     os_error_category,
 )
 from pipeline.job.state import EVENTS, RANGES, SHARDS, JsonlLog, StateError, WorkState, read_jsonl
-from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardInfo, sha256_file, token_dtype
+from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardInfo, token_dtype
 from pipeline.spec import JobSpec
 
 EventSink = Callable[[ev.Event], None]
@@ -60,7 +61,7 @@ class JobCancelled(JobError):
 
 @dataclass
 class JobResult:
-    output_dir: Path
+    output_dir: str
     manifest: Manifest | None
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -71,7 +72,7 @@ class Job:
 
     def __init__(self, spec: JobSpec, on_event: EventSink | None = None, log_path: str | None = None):
         self.spec = spec
-        self.out = OutputDir(spec.output.path)
+        self.out = open_output_dir(spec.output.path)
         self._sinks = [on_event] if on_event else []
         self._cancel = threading.Event()
         self._events_log: JsonlLog | None = None
@@ -92,7 +93,7 @@ class Job:
     def run(self) -> JobResult:
         spec = self.spec
         try:
-            check_not_overlapping(spec.output.path, [i.path for i in spec.inputs])
+            check_not_overlapping(spec.output.path, [i.path for i in spec.inputs])  # local or object store
             with self.out.lock():
                 self.out.claim(spec.output.overwrite)
                 return self._run_locked()
@@ -114,19 +115,19 @@ class Job:
     def _run_locked(self) -> JobResult:
         spec = self.spec
         t_start = time.perf_counter()
-        work = self.out.work
+        work = str(self.out.work)
         spec_hash = spec.content_hash()
         try:
             state = WorkState.open(work, spec_hash)
         except StateError as exc:
             if not spec.output.overwrite:
                 raise JobError(str(exc), "validation") from None
-            shutil.rmtree(work)
+            storage.rmtree(work)
             state = WorkState.open(work, spec_hash)
         if state.is_new():
             _clear(work)
             state.save()
-        self._events_log = JsonlLog(self.out.private / EVENTS)
+        self._events_log = JsonlLog(storage.join(str(self.out.private), EVENTS))
         started_ray = self._start_ray()
         try:
             from pipeline.job.curation import parallelism
@@ -168,11 +169,12 @@ class Job:
     def _curate(self, state: WorkState, par: int) -> dict[str, Any]:
         from pipeline.job.curation import curate
 
-        work = self.out.work
-        for folder in (work / "curated", work / "groups", self.out.stage / "rejected", self.out.stage / "index"):
-            shutil.rmtree(folder, ignore_errors=True)
-        (work / "curated").mkdir(parents=True)
-        record = curate(self.spec, str(work / "curated"), str(self.out.stage), par, self._emit, self._check_cancel)
+        work, stage = str(self.out.work), str(self.out.stage)
+        for folder in (storage.join(work, "curated"), storage.join(work, "groups"), storage.join(stage, "rejected"),
+                       storage.join(stage, "index")):
+            storage.rmtree(folder)
+        storage.makedirs(storage.join(work, "curated"))
+        record = curate(self.spec, storage.join(work, "curated"), stage, par, self._emit, self._check_cancel)
         if self.spec.output.split_by and record["docs"]:
             record["groups"] = self._split(record)
         return record
@@ -185,8 +187,8 @@ class Job:
         from pipeline.output.groups import collect_groups, split_part
 
         task = ray.remote(num_cpus=1, max_retries=3)(split_part)
-        dest = self.out.work / "groups"
-        refs = [task.remote(str(self.out.work / "curated"), part, self.spec.output.split_by, str(dest))
+        dest = storage.join(str(self.out.work), "groups")
+        refs = [task.remote(storage.join(str(self.out.work), "curated"), part, self.spec.output.split_by, dest)
                 for part in sorted_parts(curated["parts"])]
         self._inflight = refs
         records = [self._get(r) for r in refs]
@@ -202,38 +204,39 @@ class Job:
         # taking the tokenizers thread pool (every core) with it, so no pack task later runs in a worker
         # whose pool is wider than the one CPU Ray gave it
         task = ray.remote(num_cpus=1, max_retries=1, max_calls=1)(make_tokenizer)
-        ref = task.remote(self.spec, str(self.out.work / "curated"), curated["parts"])
+        ref = task.remote(self.spec, storage.join(str(self.out.work), "curated"), curated["parts"])
         self._inflight = [ref]
         tok_json, info = self._get(ref)
         self._inflight = []
-        _write_text(self.out.stage / TOKENIZER, tok_json)
+        _write_text(storage.join(str(self.out.stage), TOKENIZER), tok_json)
         return {"sha256": info.sha256, "vocab_size": info.vocab_size}
 
     def _write(self, state: WorkState, curated: dict[str, Any], tok_rec: dict[str, Any], par: int) -> dict[str, Any]:
         from pipeline.job.curation import tokenizer_info
         from pipeline.output.parallel_write import PackConfig
 
-        spec, work = self.spec, self.out.work
-        tok_json = (self.out.stage / TOKENIZER).read_text(encoding="utf-8")
+        spec, work, stage = self.spec, str(self.out.work), str(self.out.stage)
+        tok_json = storage.read_text(storage.join(stage, TOKENIZER))
         info = tokenizer_info(tok_json, spec)
         if info.sha256 != tok_rec["sha256"]:
-            raise JobError(f"{self.out.stage / TOKENIZER} changed since the tokenizer phase; pass --overwrite", "app")
+            raise JobError(f"{storage.join(stage, TOKENIZER)} changed since the tokenizer phase; pass --overwrite",
+                           "app")
         cfg = PackConfig(spec.packing.seq_len, spec.packing.method, spec.packing.max_open,
                          token_dtype(info.vocab_size).name, spec.output.samples_per_shard)
         groups = curated.get("groups")
         if groups is None:
-            return self._write_group(work / "curated", curated["parts"], curated["docs"], work, self.out.stage,
+            return self._write_group(storage.join(work, "curated"), curated["parts"], curated["docs"], work, stage,
                                      tok_json, info, cfg, par, 0, curated["docs"])
         written, before = {}, 0
         for name, group in groups.items():  # one shard set per group, each packed as a whole corpus would be
-            written[name] = self._write_group(work / "groups" / name, group["parts"], group["docs"],
-                                              work / "split" / name, self.out.stage / name, tok_json, info, cfg,
-                                              par, before, curated["docs"])
+            written[name] = self._write_group(storage.join(work, "groups", name), group["parts"], group["docs"],
+                                              storage.join(work, "split", name), storage.join(stage, name), tok_json,
+                                              info, cfg, par, before, curated["docs"])
             before += group["docs"]
         return {"groups": written}
 
-    def _write_group(self, curated_dir: Path, parts_rec: list[dict[str, Any]], n_docs: int, work: Path,
-                     stage: Path, tok_json: str, info: Any, cfg: Any, par: int, done_before: int,
+    def _write_group(self, curated_dir: str, parts_rec: list[dict[str, Any]], n_docs: int, work: str,
+                     stage: str, tok_json: str, info: Any, cfg: Any, par: int, done_before: int,
                      total_docs: int) -> dict[str, Any]:
         """Pack and write one shard set: the documents of ``curated_dir`` into ``stage/shards``; ranges and
         shards are recorded under ``work`` as they finish (what a rerun keeps)."""
@@ -249,20 +252,22 @@ class Job:
         )
 
         spec = self.spec
-        work.mkdir(parents=True, exist_ok=True)
+        storage.makedirs(work)
         parts = sorted_parts(parts_rec)
         bounds = range_bounds(n_docs, spec.packing.range_docs)
-        ranges_dir, shards_out = str(work / "ranges"), str(stage)
-        range_log, shard_log = JsonlLog(work / RANGES), JsonlLog(work / SHARDS)
-        ranges = {r["range"]: r for r in read_jsonl(work / RANGES) if range_file(ranges_dir, r["range"]).exists()}
-        shards = {r["index"]: r for r in read_jsonl(work / SHARDS) if _shard_intact(stage, r)}
+        ranges_dir, shards_out = storage.join(work, "ranges"), stage
+        group = _group_of(stage, str(self.out.stage))
+        range_log, shard_log = JsonlLog(storage.join(work, RANGES)), JsonlLog(storage.join(work, SHARDS))
+        ranges = {r["range"]: r for r in read_jsonl(storage.join(work, RANGES))
+                  if storage.exists(range_file(ranges_dir, r["range"]))}
+        shards = {r["index"]: r for r in read_jsonl(storage.join(work, SHARDS)) if _shard_intact(stage, r)}
         for rec in sorted(shards.values(), key=lambda r: r["index"]):
-            self._emit(_shard_event(rec, reused=True, group=stage.relative_to(self.out.stage).as_posix()))
+            self._emit(_shard_event(rec, reused=True, group=group))
 
         pack = ray.remote(num_cpus=1, max_retries=3)(pack_range)
         write = ray.remote(num_cpus=1, max_retries=3)(write_shard_task)
         common = (ray.put(tok_json), info, cfg)
-        curated_dir, parts_ref = str(curated_dir), ray.put(parts)
+        parts_ref = ray.put(parts)
         todo_ranges = [r for r in range(len(bounds)) if r not in ranges]
         pending: dict[Any, tuple[str, int]] = {}
         launched_shards: set[int] = set(shards)
@@ -315,7 +320,7 @@ class Job:
                     rec["index"] = idx
                     shards[idx] = rec
                     shard_log.append(rec)
-                    self._emit(_shard_event(rec, reused=False, group=stage.relative_to(self.out.stage).as_posix()))
+                    self._emit(_shard_event(rec, reused=False, group=group))
             if time.monotonic() - last_report >= PROGRESS_EVERY:
                 last_report = time.monotonic()
                 self._write_progress(ranges, done_before, total_docs)
@@ -334,7 +339,7 @@ class Job:
                   t_start: float) -> JobResult:
         import json
 
-        spec, stage = self.spec, self.out.stage
+        spec, stage = self.spec, str(self.out.stage)
         self._check_cancel()
         self.phase = "finalize"
         self._emit(ev.PhaseChanged(phase="finalize", state="started"))
@@ -344,18 +349,18 @@ class Job:
             documents = self._export_documents(curated)
         manifest = None
         stats = _stats(spec, curated, written, state, documents, par, time.perf_counter() - t_start)
-        _write_text(stage / STATS, json.dumps(stats, indent=2) + "\n")
+        _write_text(storage.join(stage, STATS), json.dumps(stats, indent=2) + "\n")
         if written is not None and "groups" in written:  # output.split_by: a shard set per group
-            tok_text = (stage / TOKENIZER).read_text(encoding="utf-8")
+            tok_text = storage.read_text(storage.join(stage, TOKENIZER))
             for name, rec in written["groups"].items():
-                _write_text(stage / name / MANIFEST, _manifest(spec, rec).to_json())
-                _write_text(stage / name / TOKENIZER, tok_text)
+                _write_text(storage.join(stage, name, MANIFEST), _manifest(spec, rec).to_json())
+                _write_text(storage.join(stage, name, TOKENIZER), tok_text)
         elif written is not None:
             manifest = _manifest(spec, written)
-            _write_text(stage / MANIFEST, manifest.to_json())
+            _write_text(storage.join(stage, MANIFEST), manifest.to_json())
         self._check_cancel()
         self.out.commit()
-        _clear(self.out.work)
+        _clear(str(self.out.work))
         seconds = round(time.perf_counter() - t0, 3)
         self._emit(ev.PhaseChanged(phase="finalize", state="finished", seconds=seconds))
         out = stats["output"]
@@ -376,14 +381,15 @@ class Job:
         task = ray.remote(num_cpus=1)(export_documents)
         parts = ray.put(sorted_parts(curated["parts"]))
         bounds = range_bounds(curated["docs"], self.spec.packing.range_docs)
-        refs = [task.remote(str(self.out.work / "curated"), parts, k, lo, hi, str(self.out.stage / "documents"),
-                            self.spec.output.documents) for k, (lo, hi) in enumerate(bounds)]
+        curated_dir, dest = storage.join(str(self.out.work), "curated"), storage.join(str(self.out.stage), "documents")
+        refs = [task.remote(curated_dir, parts, k, lo, hi, dest, self.spec.output.documents)
+                for k, (lo, hi) in enumerate(bounds)]
         self._inflight = refs
         listing = [self._get(r) for r in refs]
         self._inflight = []
         index = {"format": 1, "documents": self.spec.output.documents, "rows": sum(p["rows"] for p in listing),
                  "parts": listing}
-        _write_text(self.out.stage / "documents" / "index.json", json.dumps(index, indent=2) + "\n")
+        _write_text(storage.join(dest, "index.json"), json.dumps(index, indent=2) + "\n")
         return {"format": index["documents"], "parts": len(listing), "rows": index["rows"]}
 
     # ---- plumbing ----------------------------------------------------------------------------------
@@ -392,7 +398,7 @@ class Job:
         from pipeline.job.ray_env import init_ray
 
         ex = self.spec.execution
-        log_path = self._log_path or str(self.out.private / "job.log")
+        log_path = self._log_path or _local_log_path(self.out, self.spec)
         try:
             return init_ray(ex.address, ex.num_cpus, log_path=log_path)
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
@@ -455,25 +461,37 @@ class Job:
 # ---- records -> outputs ---------------------------------------------------------------------------
 
 
-def _clear(work: Path) -> None:
+def _clear(work: str) -> None:
     """Empty the work folder (a new job, or one that has been committed)."""
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+    storage.rmtree(work)
+    storage.makedirs(work)
 
 
-def _write_text(path: Path, text: str) -> None:
-    from pipeline.job.output_dir import atomic_write_bytes
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, text.encode("utf-8"))
+def _write_text(path: str, text: str) -> None:
+    storage.write_text(path, text)
 
 
-def _shard_intact(stage: Path, rec: dict[str, Any]) -> bool:
+def _group_of(stage: str, root: str) -> str:
+    """``.`` for the output's own shard set, ``de`` for a group's (``output.split_by``)."""
+    return stage[len(root):].strip("/") or "."
+
+
+def _local_log_path(out: Any, spec: JobSpec) -> str:
+    """Ray's logs go to a local file: the output's ``.tokenmill/job.log``, or for an object-store output a
+    file in the temp folder named by the output (a log is appended to, which an object store cannot do)."""
+    if not storage.is_remote(str(out.path)):
+        return storage.join(str(out.private), "job.log")
+    import hashlib
+
+    tag = hashlib.sha256(str(out.path).encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"tokenmill-{tag}.log")
+
+
+def _shard_intact(stage: str, rec: dict[str, Any]) -> bool:
     """A recorded shard is kept only if its file is there with the recorded size and sha256."""
-    path = stage / rec["name"]
+    path = storage.join(stage, rec["name"])
     try:
-        return path.stat().st_size == rec["bytes"] and sha256_file(path) == rec["sha256"]
+        return storage.size(path) == rec["bytes"] and storage.sha256(path) == rec["sha256"]
     except OSError:
         return False
 

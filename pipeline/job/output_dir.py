@@ -212,12 +212,35 @@ def _static_root(path: str) -> tuple[str, bool]:
     return path, False
 
 
+def open_output_dir(path: str | os.PathLike[str]) -> Any:
+    """The output at ``path``: a local :class:`OutputDir`, or an
+    :class:`~pipeline.job.object_output.ObjectOutputDir` for an object-store URI (``s3://...``)."""
+    from pipeline import storage
+
+    if storage.is_remote(os.fspath(path)):
+        from pipeline.job.object_output import ObjectOutputDir
+
+        return ObjectOutputDir(os.fspath(path))
+    return OutputDir(storage.local_path(path))
+
+
 def check_not_overlapping(output: str | os.PathLike[str], input_paths: Iterable[str | os.PathLike[str]]) -> None:
     """Refuse an output folder that equals or lies inside a folder an input reads, or that contains an
-    input: either way a later run would read its own output. Paths are compared resolved (symlinks)."""
+    input: either way a later run would read its own output. Paths are compared resolved (symlinks);
+    object-store locations by prefix (:func:`pipeline.job.object_output.check_remote_not_overlapping`)."""
+    from pipeline import storage
+
+    inputs = [os.fspath(p) for p in input_paths]
+    if storage.is_remote(os.fspath(output)):
+        from pipeline.job.object_output import check_remote_not_overlapping
+
+        check_remote_not_overlapping(os.fspath(output), inputs)
+        return
     out = Path(os.path.realpath(os.path.expanduser(os.fspath(output))))
-    for i, raw in enumerate(input_paths):
-        raw = os.path.expanduser(os.fspath(raw))
+    for i, raw in enumerate(inputs):
+        if storage.is_remote(raw):
+            continue  # a local output cannot lie in an object store
+        raw = os.path.expanduser(raw)
         root, is_glob = _static_root(raw)
         src = Path(os.path.realpath(root))
         if (is_glob or src.is_dir()) and out.is_relative_to(src):
@@ -228,7 +251,39 @@ def check_not_overlapping(output: str | os.PathLike[str], input_paths: Iterable[
                               "read back or overwrite; choose an output folder outside the inputs")
 
 
-class OutputDir:
+def check_marker(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A parsed marker, checked (:class:`_BadRecord` when damaged); None stays None (no marker)."""
+    if data is None:
+        return None
+    if data.get("tool") != "tokenmill":
+        raise _BadRecord("tool is not tokenmill")
+    if data.get("format") != MARKER_FORMAT:
+        raise _BadRecord(f"format {data.get('format')!r} is not {MARKER_FORMAT}")
+    if not isinstance(data.get("created"), str):
+        raise _BadRecord("created is not a time")
+    data["files"] = _check_rel_list(data.get("files"), "files")
+    return data
+
+
+class MarkerReader:
+    """What a local folder and an object-store prefix share: reading the marker (``_load_marker``)."""
+
+    def _load_marker(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def read_marker(self) -> dict[str, Any] | None:
+        """The marker, or None when the folder has none or a damaged one."""
+        try:
+            return self._load_marker()
+        except _BadRecord:
+            return None
+
+    def is_tokenmill(self) -> bool:
+        """Whether tokenmill wrote this folder (its marker exists and parses)."""
+        return self.read_marker() is not None
+
+
+class OutputDir(MarkerReader):
     """One output folder. Use: ``with out.lock(): out.claim(overwrite); ...build in out.stage...;
     out.commit()``. ``claim`` and ``commit`` need the lock."""
 
@@ -245,28 +300,7 @@ class OutputDir:
     # ownership ---------------------------------------------------------------------------------------------
 
     def _load_marker(self) -> dict[str, Any] | None:
-        data = _load_json_object(self.marker_path)
-        if data is None:
-            return None
-        if data.get("tool") != "tokenmill":
-            raise _BadRecord("tool is not tokenmill")
-        if data.get("format") != MARKER_FORMAT:
-            raise _BadRecord(f"format {data.get('format')!r} is not {MARKER_FORMAT}")
-        if not isinstance(data.get("created"), str):
-            raise _BadRecord("created is not a time")
-        data["files"] = _check_rel_list(data.get("files"), "files")
-        return data
-
-    def read_marker(self) -> dict[str, Any] | None:
-        """The marker, or None when the folder has none or a damaged one."""
-        try:
-            return self._load_marker()
-        except _BadRecord:
-            return None
-
-    def is_tokenmill(self) -> bool:
-        """Whether tokenmill wrote this folder (its marker exists and parses)."""
-        return self.read_marker() is not None
+        return check_marker(_load_json_object(self.marker_path))
 
     def _looks_empty(self) -> bool:
         """Empty, or holding only a ``.tokenmill/`` folder without a marker (a run that stopped before its

@@ -77,6 +77,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: 
         if log_path and _ROUTING is not None:  # a later job in a process whose Ray we started
             route_ray_logs(log_path)
         return False
+    # No address: RAY_ADDRESS (set by Ray's job submission and KubeRay's RayJob), else a NEW local node.
+    # Never ray.init()'s own default, which attaches to whatever cluster was started last on the machine
+    # (a stray `ray start` would silently run the job, with its own CPUs and environment).
+    address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:
         _prepare_local_auth()
     else:
@@ -86,7 +90,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: 
         route_ray_logs(log_path or _provisional_log_path())
     sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(
-        address=address,
+        address=address or "local",
         num_cpus=num_cpus if address is None else None,
         include_dashboard=False,
         # quiet: workers' stdout/stderr stay in their files in Ray's session log folder

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+import time
 from typing import Any
+
+from pipeline import storage
 
 STATE = "state.json"
 RANGES = "ranges.jsonl"
@@ -25,87 +27,105 @@ class StateError(ValueError):
     """The work folder belongs to another spec, or cannot be read."""
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def write_json_atomic(path: str, data: Any) -> None:
+    storage.write_bytes(os.fspath(path), json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: str) -> list[dict[str, Any]]:
     """Complete records of an append-only log; a torn last line is dropped."""
-    if not path.exists():
+    try:
+        text = storage.read_text(os.fspath(path))
+    except FileNotFoundError:
         return []
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
     return out
 
 
 class JsonlLog:
-    """Append-only JSON lines, each fsynced before ``append`` returns."""
+    """Append-only JSON lines. Locally each line is fsynced before ``append`` returns (``sync``). An object
+    store cannot append: the whole log is rewritten, at once for a ``sync`` record (a range or a shard, a
+    few hundred per job) and at most every ``REMOTE_FLUSH_S`` for the rest (progress events), and on close."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+    REMOTE_FLUSH_S = 5.0
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = os.fspath(path)
+        self._remote = storage.is_remote(self.path)
+        self._lines: list[str] = []
+        self._flushed = 0.0
+        if self._remote:
+            self._lines = [json.dumps(r, sort_keys=True) + "\n" for r in read_jsonl(self.path)]
+            self._f = None
+            return
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         self._trim_torn_tail()
-        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the job
+        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the job
 
     def _trim_torn_tail(self) -> None:
-        if not self.path.exists():
+        if not os.path.exists(self.path):
             return
         good = read_jsonl(self.path)
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in good)
-        if self.path.read_text(encoding="utf-8") != text:
-            write_text_atomic(self.path, text)
+        with open(self.path, encoding="utf-8") as f:
+            if f.read() != text:
+                write_text_atomic(self.path, text)
 
     def append(self, record: dict[str, Any], sync: bool = True) -> None:
-        self._f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        if self._remote:
+            self._lines.append(line)
+            if sync or time.monotonic() - self._flushed >= self.REMOTE_FLUSH_S:
+                self._flush_remote()
+            return
+        self._f.write(line)
         self._f.flush()
         if sync:
             os.fsync(self._f.fileno())
 
+    def _flush_remote(self) -> None:
+        storage.write_text(self.path, "".join(self._lines))
+        self._flushed = time.monotonic()
+
     def close(self) -> None:
-        self._f.close()
+        if self._remote:
+            self._flush_remote()
+        else:
+            self._f.close()
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def write_text_atomic(path: str, text: str) -> None:
+    storage.write_text(os.fspath(path), text)
 
 
 class WorkState:
     """The work folder of one spec: finished phases and their records."""
 
-    def __init__(self, work: Path, spec_hash: str):
-        self.work = work
+    def __init__(self, work: str, spec_hash: str):
+        self.work = os.fspath(work)
         self.spec_hash = spec_hash
         self.phases: dict[str, dict[str, Any]] = {}
 
     @classmethod
-    def open(cls, work: Path, spec_hash: str) -> WorkState:
+    def open(cls, work: str, spec_hash: str) -> WorkState:
         """The state a rerun continues from; StateError when it belongs to another spec."""
         state = cls(work, spec_hash)
-        path = work / STATE
-        if not path.exists():
-            return state
+        path = storage.join(state.work, STATE)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(storage.read_text(path))
+        except FileNotFoundError:
+            return state
         except (OSError, json.JSONDecodeError) as exc:
             raise StateError(f"cannot read {path}: {exc}") from None
         if data.get("spec_hash") != spec_hash:
             raise StateError(
-                f"output.path: {work.parent.parent} holds an unfinished job of another spec "
+                f"output.path: {storage.parent(storage.parent(state.work))} holds an unfinished job of another spec "
                 f"(spec hash {str(data.get('spec_hash'))[:12]}, this one {spec_hash[:12]}); rerun that spec to "
                 "finish it, or pass --overwrite to start over"
             )
@@ -115,7 +135,7 @@ class WorkState:
         return state
 
     def is_new(self) -> bool:
-        return not (self.work / STATE).exists()
+        return not storage.exists(storage.join(self.work, STATE))
 
     def done(self, phase: str) -> dict[str, Any] | None:
         return self.phases.get(phase)
@@ -125,5 +145,5 @@ class WorkState:
         self.save()
 
     def save(self) -> None:
-        write_json_atomic(self.work / STATE,
+        write_json_atomic(storage.join(self.work, STATE),
                           {"format": STATE_FORMAT, "spec_hash": self.spec_hash, "phases": self.phases})

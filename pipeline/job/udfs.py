@@ -2,7 +2,9 @@
 
 The base class, not each stage, collects docs in/out, drops per reason, bytes and seconds, the
 stage's own counters and scores, and writes dropped documents to ``rejected/``: a stage only decides
-what to keep.
+what to keep. Each report names the batch it counts (a file's n-th batch; a digest of the batch's ords),
+so a batch Ray runs again after losing a worker is counted and set aside once
+(:mod:`pipeline.job.stats`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import ray
 from pydantic import BaseModel
 
 from pipeline.documents import DOC_SCHEMA, Drop, docs_to_table, reject_row, table_to_docs, text_bytes
-from pipeline.job.stats import StageRecorder
+from pipeline.job.stats import StageRecorder, batch_key
 from pipeline.spec import InputSpec
 from pipeline.stages.base import Stage, StageContext, run_batch
 
@@ -40,6 +42,7 @@ class ReadFiles:
             docs: list[dict[str, Any]] = []
             rejects: list[dict[str, Any]] = []
             dropped: Counter[str] = Counter()
+            n = 0  # the file's n-th batch: the same in a re-run, which reads the same file the same way
             for item in read_file(row["file_index"], row["path"], spec):
                 if isinstance(item, Drop):
                     dropped[item.reason] += 1
@@ -47,16 +50,18 @@ class ReadFiles:
                 else:
                     docs.append(item)
                 if len(docs) + len(rejects) >= READ_BATCH:
-                    yield self._flush(docs, rejects, dropped, t0)
+                    yield self._flush(f"file:{row['file_index']}:{n}", docs, rejects, dropped, t0)
                     docs, rejects, dropped, t0 = [], [], Counter(), time.perf_counter()
+                    n += 1
             if docs or rejects:
-                yield self._flush(docs, rejects, dropped, t0)
+                yield self._flush(f"file:{row['file_index']}:{n}", docs, rejects, dropped, t0)
 
-    def _flush(self, docs, rejects, dropped, t0) -> pa.Table:
+    def _flush(self, key: str, docs: list[dict[str, Any]], rejects: list[dict[str, Any]], dropped: Counter[str],
+               t0: float) -> pa.Table:
         table = docs_to_table(docs)
-        self.recorder.rejects(rejects)
+        self.recorder.rejects(rejects, key=key)
         self.recorder.counts(
-            docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
+            key=key, docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
             bytes_out=text_bytes(table), seconds=time.perf_counter() - t0,
         )
         return table
@@ -88,21 +93,23 @@ class BatchStageRunner:
         return (stage_cls, params.model_dump_json(), ctx, recorder, (ref,))
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        docs, _ = self.run_docs(table_to_docs(table), text_bytes(table))
+        docs, _ = self.run_docs(table_to_docs(table), text_bytes(table), batch_key(table.column("ord")))
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
-    def run_docs(self, docs: list[dict[str, Any]], size_in: int) -> tuple[list[dict[str, Any]], int]:
-        """Run the stage on one batch of documents and record what it did; returns the kept ones and their
-        UTF-8 size (the next stage's ``bytes_in``)."""
+    def run_docs(self, docs: list[dict[str, Any]], size_in: int, key: str | None = None
+                 ) -> tuple[list[dict[str, Any]], int]:
+        """Run the stage on one batch of documents and record what it did under ``key`` (the batch's name,
+        see :func:`pipeline.job.stats.batch_key`); returns the kept ones and their UTF-8 size (the next
+        stage's ``bytes_in``)."""
         t0 = time.perf_counter()
         n_in = len(docs)
         result = run_batch(self.stage, docs)
         dropped = Counter(d.reason for d in result.drops)
         size_out = sum(len(d["text"].encode("utf-8")) for d in result.kept)
-        self.recorder.rejects([reject_row(d.doc, d.reason, d.detail) for d in result.drops])
+        self.recorder.rejects([reject_row(d.doc, d.reason, d.detail) for d in result.drops], key=key)
         self.recorder.counts(
-            docs_in=n_in, docs_out=len(result.kept), dropped=dict(dropped), bytes_in=size_in, bytes_out=size_out,
-            seconds=time.perf_counter() - t0, metrics=result.metrics or None,
+            key=key, docs_in=n_in, docs_out=len(result.kept), dropped=dict(dropped), bytes_in=size_in,
+            bytes_out=size_out, seconds=time.perf_counter() - t0, metrics=result.metrics or None,
         )
         return result.kept, size_out
 
@@ -122,10 +129,11 @@ class StageChain:
     def __call__(self, table: pa.Table) -> pa.Table:
         docs = table_to_docs(table)
         size = text_bytes(table)
+        key = batch_key(table.column("ord"))  # every stage names the batch by what entered the chain
         for runner in self.runners:
             if not docs:
                 break
-            docs, size = runner.run_docs(docs, size)
+            docs, size = runner.run_docs(docs, size, key)
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
 
@@ -149,7 +157,7 @@ class TokenizeBatch:
         masks = pa.array([e[1] for e in encoded], type=pa.large_list(pa.uint8()))
         out = pa.table({"id": table.column("id"), "ord": table.column("ord"), "ids": ids, "mask": masks})
         self.recorder.counts(
-            docs_in=table.num_rows, docs_out=table.num_rows, bytes_in=text_bytes(table),
-            seconds=time.perf_counter() - t0,
+            key=batch_key(table.column("ord")), docs_in=table.num_rows, docs_out=table.num_rows,
+            bytes_in=text_bytes(table), seconds=time.perf_counter() - t0,
         )
         return out

@@ -8,15 +8,16 @@ contiguous row ranges of the corpus (:func:`read_rows`) without loading whole pa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import storage
 from pipeline.documents import DOC_FIELDS, text_bytes
 
 #: rows per Parquet row group: what a range read can skip over
@@ -45,12 +46,19 @@ def write_part(table: pa.Table, folder: str) -> pa.Table:
     table = table.select(DOC_FIELDS)
     first = int(table.column("ord")[0].as_py())
     name = f"part-{first:020d}.parquet"
-    path = Path(folder) / name
-    tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, row_group_size=ROW_GROUP)
-    os.replace(tmp, path)
+    write_parquet(table, storage.join(folder, name))
     return pa.table({"part": [name], "rows": [table.num_rows], "first_ord": [first],
                      "bytes": [text_bytes(table)], "writer": [worker_name()]}, schema=PART_SCHEMA)
+
+
+def write_parquet(table: pa.Table, path: str) -> None:
+    """One Parquet file, published whole (a temporary name renamed, or one upload) through the storage layer."""
+    with storage.open_output(path) as f:
+        pq.write_table(table, f, row_group_size=ROW_GROUP)
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    return pq.ParquetFile(storage.open_input(path))
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ def read_rows(folder: str, parts: list[Part], lo: int, hi: int, columns: list[st
         end = start + part.rows
         if end > lo and start < hi:
             a, b = max(lo, start) - start, min(hi, end) - start
-            f = pq.ParquetFile(Path(folder) / part.name)
+            f = parquet_file(storage.join(folder, part.name))
             groups, offset, first_group_start = [], 0, None
             for g in range(f.num_row_groups):
                 n = f.metadata.row_group(g).num_rows
@@ -98,7 +106,7 @@ def sample_texts(folder: str, parts: list[Part], max_docs: int, max_bytes: int) 
     texts: list[str] = []
     size = 0
     for part in parts:
-        f = pq.ParquetFile(Path(folder) / part.name)
+        f = parquet_file(storage.join(folder, part.name))
         for batch in f.iter_batches(batch_size=ROW_GROUP, columns=["text"]):
             for text in batch.column(0).to_pylist():
                 texts.append(text)
@@ -112,21 +120,20 @@ def export_documents(folder: str, parts: list[Part], k: int, lo: int, hi: int, d
                      fmt: str) -> dict[str, Any]:
     """Write documents ``[lo, hi)`` as ``documents`` part ``k`` (Parquet with the curated schema, or
     JSONL with ``meta`` as an object); returns its listing entry."""
-    from pipeline.shard_format import sha256_file
-
     table = read_rows(folder, parts, lo, hi)
-    dest = Path(dest_dir) / f"part-{k:06d}.{fmt}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    fname = f"part-{k:06d}.{fmt}"
     if fmt == "parquet":
-        pq.write_table(table, tmp, row_group_size=ROW_GROUP)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, row_group_size=ROW_GROUP)
+        data = sink.getvalue().to_pybytes()
     else:
-        with open(tmp, "w", encoding="utf-8") as out:
-            for row in table.to_pylist():
-                row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
-                if not row.get("segments"):
-                    row.pop("segments", None)
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, dest)
-    return {"name": f"documents/{dest.name}", "rows": table.num_rows, "first_row": lo, "sha256": sha256_file(dest),
-            "bytes": dest.stat().st_size}
+        lines = []
+        for row in table.to_pylist():
+            row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
+            if not row.get("segments"):
+                row.pop("segments", None)
+            lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+        data = "".join(lines).encode("utf-8")
+    storage.write_bytes(storage.join(dest_dir, fname), data)
+    return {"name": f"documents/{fname}", "rows": table.num_rows, "first_row": lo,
+            "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}

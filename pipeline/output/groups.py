@@ -10,16 +10,14 @@ A value that is missing, not a short name, or one of the output folder's own nam
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from pipeline import storage
 from pipeline.documents import text_bytes
-from pipeline.output.curated import ROW_GROUP, Part, worker_name
+from pipeline.output.curated import Part, parquet_file, worker_name, write_parquet
 
 UNKNOWN = "_unknown"
 #: names the output folder uses itself (see "What a job writes")
@@ -42,7 +40,7 @@ def group_name(meta: str | dict | None, key: str) -> str:
 
 def split_part(folder: str, part: Part, key: str, dest: str) -> list[dict[str, Any]]:
     """Ray task: write the rows of one curated part into one part per group; return their records."""
-    table = pq.read_table(Path(folder) / part.name)
+    table = parquet_file(storage.join(folder, part.name)).read()
     names = [group_name(m, key) for m in table.column("meta").to_pylist()]
     rows: dict[str, list[int]] = {}
     for i, name in enumerate(names):
@@ -51,12 +49,8 @@ def split_part(folder: str, part: Part, key: str, dest: str) -> list[dict[str, A
     for name, idx in sorted(rows.items()):
         sub = table.take(pa.array(idx, type=pa.int64()))
         first = int(sub.column("ord")[0].as_py())
-        gdir = Path(dest) / name
-        gdir.mkdir(parents=True, exist_ok=True)
         fname = f"part-{first:020d}.parquet"
-        tmp = gdir / f".{fname}.tmp-{os.getpid()}"
-        pq.write_table(sub, tmp, row_group_size=ROW_GROUP)
-        os.replace(tmp, gdir / fname)
+        write_parquet(sub, storage.join(dest, name, fname))
         out.append({"group": name, "part": fname, "rows": sub.num_rows, "first_ord": first,
                     "bytes": text_bytes(sub), "writer": worker_name()})
     return out

@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from pipeline import storage
 from pipeline.documents import text_bytes
 from pipeline.output.curated import Part, read_rows, worker_name
 from pipeline.output.shard_writer import write_shard
@@ -57,8 +57,8 @@ def range_bounds(n_docs: int, range_docs: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + range_docs, n_docs)) for lo in range(0, n_docs, range_docs)]
 
 
-def range_file(folder: str | Path, r: int) -> Path:
-    return Path(folder) / f"range-{r:06d}.arrow"
+def range_file(folder: str, r: int) -> str:
+    return storage.join(os.fspath(folder), f"range-{r:06d}.arrow")
 
 
 def _encoder(tok_json: str, info: Any, key: str) -> Any:
@@ -103,12 +103,8 @@ def pack_range(r: int, lo: int, hi: int, curated: str, parts: list[Part], tok_js
         "doc_ids": pa.array([[p.doc_id for p in s.pieces] for s in seqs], RANGE_SCHEMA.field("doc_ids").type),
         "ords": pa.array([[p.ord for p in s.pieces] for s in seqs], RANGE_SCHEMA.field("ords").type),
     }, schema=RANGE_SCHEMA)
-    path = range_file(ranges_dir, r)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, RANGE_SCHEMA) as writer:
+    with storage.open_output(range_file(ranges_dir, r)) as sink, ipc.new_file(sink, RANGE_SCHEMA) as writer:
         writer.write_table(out)
-    tmp.replace(path)
     stats = packer.stats.as_dict()
     return {"range": r, "lo": lo, "hi": hi, "samples": len(seqs), "tokens": stats["tokens"], "has_mask": has_mask,
             "packing": stats, "bytes_in": text_bytes(table), "tokenize_seconds": round(t_tok, 3),
@@ -137,7 +133,8 @@ def write_shard_task(s: int, slices: list[tuple[int, int, int]], ranges_dir: str
     limit = np.iinfo(dtype).max
     samples, tokens, key = [], 0, s * cfg.samples_per_shard
     for r, a, b in slices:
-        with pa.memory_map(str(range_file(ranges_dir, r))) as src:
+        path = range_file(ranges_dir, r)
+        with (storage.open_input(path) if storage.is_remote(path) else pa.memory_map(path)) as src:
             t = ipc.open_file(src).read_all().slice(a, b - a).combine_chunks()
         ids_col, mask_col = t.column("input_ids").chunk(0), t.column("loss_mask").chunk(0)
         offs, vals = ids_col.offsets.to_numpy(), ids_col.values.to_numpy()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import storage
 from pipeline.packing import PackedSequence
 from pipeline.shard_format import (
     MANIFEST,
@@ -28,7 +29,7 @@ def write_shard(out_dir: str | os.PathLike, index: int, samples: list[dict], tok
     """Write shard ``index`` under ``out_dir`` (temp name, fsync, rename) and describe it."""
     data = tar_bytes(samples)
     name = shard_name(index)
-    atomic_write_bytes(Path(out_dir) / name, data)
+    storage.write_bytes(storage.join(os.fspath(out_dir), name), data)
     return ShardInfo(name=name, samples=len(samples), tokens=tokens, sha256=sha256_bytes(data), bytes=len(data),
                      partial=partial)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from pipeline import storage
 from pipeline.documents import Doc, Drop
 from pipeline.readers.docs import RECORD_BITS, drop, error_text
 from pipeline.readers.documents_output import read_documents
@@ -35,7 +36,7 @@ def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Dro
     """
     fmt = detect_format(path, spec.format)
     name = source_name(spec.path, path)
-    if os.path.isdir(path):
+    if not storage.is_remote(path) and os.path.isdir(path):
         try:
             with os.scandir(path):
                 pass

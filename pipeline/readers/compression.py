@@ -16,6 +16,8 @@ from typing import BinaryIO
 
 import zstandard
 
+from pipeline import storage
+
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 READ_SIZE = 1 << 20
@@ -134,7 +136,7 @@ class ZstdFrames(io.BufferedIOBase):
 
 def compression_of(path: str) -> str | None:
     """``"gzip"``, ``"zstd"`` or None, from the first bytes (the suffix may lie)."""
-    with open(path, "rb") as fh:
+    with storage.open_input(path) as fh:
         magic = fh.read(4)
     if magic.startswith(GZIP_MAGIC):
         return "gzip"
@@ -146,6 +148,13 @@ def compression_of(path: str) -> str | None:
 def open_binary(path: str) -> BinaryIO:
     """A buffered binary reader of the file's decompressed bytes; raises TruncatedInput when cut."""
     kind = compression_of(path)
+    if storage.is_remote(path):  # an object-store file: pyarrow's reader, the same decompression on top
+        raw = storage.open_input(path)
+        if kind == "gzip":
+            return io.BufferedReader(_Guarded(gzip.GzipFile(fileobj=raw, mode="rb")), READ_SIZE)  # type: ignore[arg-type]
+        if kind == "zstd":
+            return io.BufferedReader(_Guarded(ZstdFrames(raw)), READ_SIZE)  # type: ignore[arg-type]
+        return io.BufferedReader(raw, READ_SIZE)  # type: ignore[arg-type]
     if kind == "gzip":
         return io.BufferedReader(_Guarded(gzip.GzipFile(path, "rb")), READ_SIZE)  # type: ignore[arg-type]
     if kind == "zstd":

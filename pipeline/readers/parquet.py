@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import storage
 from pipeline.documents import Doc, Drop
 from pipeline.readers.docs import drop, error_text
 from pipeline.readers.jsonl import record_doc
@@ -19,7 +20,7 @@ def read_parquet(
     file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., Doc | Drop] = record_doc
 ) -> Iterator[Doc | Drop]:
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(storage.open_input(path))
     except (OSError, pa.ArrowException) as exc:
         yield drop(name, file_index, 0, "unreadable_file", error=error_text(exc))
         return

@@ -25,6 +25,7 @@ import os
 import stat
 from collections.abc import Hashable
 
+from pipeline import storage
 from pipeline.spec import InputSpec
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -38,7 +39,9 @@ def expand_path(path: str) -> list[str]:
     Folders that cannot be listed and entries that cannot be examined are included (see the module
     docstring), so the read step can count them.
     """
-    path = os.path.expanduser(path)
+    if storage.is_remote(path):  # an object store: a key, a prefix, or a glob over keys
+        return storage.expand_remote(path)
+    path = storage.local_path(path)
     walk = _Walk()
     if glob.has_magic(path):
         walk.pattern(*_split_pattern(path))
@@ -218,6 +221,8 @@ def source_name(input_path: str, path: str) -> str:
     fixed leading folders (``data/**/*.txt`` gives ``a/doc.txt``); for a single file, its name. So two
     files of one input never share a name, and no path of this machine ends up in an id.
     """
+    if storage.is_remote(input_path):
+        return _remote_source_name(input_path, path)
     root = os.path.expanduser(input_path)
     if glob.has_magic(root):
         while glob.has_magic(root):
@@ -228,6 +233,16 @@ def source_name(input_path: str, path: str) -> str:
     if rel == os.pardir or rel.startswith(os.pardir + os.sep):  # not below the input: not expected for
         return os.path.basename(path)  # files from expand_path, and a name is still better than an error
     return rel.replace(os.sep, "/")
+
+
+def _remote_source_name(input_path: str, path: str) -> str:
+    """The key below the input's fixed prefix, as for local paths (no bucket name ends up in an id)."""
+    root = input_path.rstrip("/")
+    if glob.has_magic(root):
+        root = root[: min(root.index(c) for c in "*?[" if c in root)].rsplit("/", 1)[0]
+    elif root == path:
+        return path.rsplit("/", 1)[-1]
+    return path[len(root):].lstrip("/") if path.startswith(root + "/") else path.rsplit("/", 1)[-1]
 
 
 def detect_format(path: str, declared: str) -> str:

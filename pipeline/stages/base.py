@@ -27,7 +27,9 @@ would-be drop is counted as ``would_drop:<reason>``. A filter that also edits te
 The runner collects them after every batch (a stage never talks to Ray or the stats actor); they end
 in ``stats.json`` under the stage's entry as ``"counters": {name: n}`` and ``"scores": {name: {count,
 min, max, mean, p01, p10 ... p90, p99}}`` (quantiles within 1 %, merged across workers), next to
-``docs_in``, ``docs_out``, ``dropped``, ``bytes_in``, ``bytes_out`` and ``seconds``.
+``docs_in``, ``docs_out``, ``dropped``, ``bytes_in``, ``bytes_out`` and ``seconds``. Each batch counts
+once even when Ray runs it again after losing a worker or a node (the runner names every report by the
+batch's documents; :mod:`pipeline.job.stats`).
 
 **Expensive state.** ``prepare()`` runs once per job on the driver, before any worker starts (build
 an n-gram index, load a model); its return value goes through Ray's object store to every worker,
@@ -239,5 +241,10 @@ class DatasetStage:
         Ray tasks with the dropped rows (they must carry ``reason`` and may carry ``detail``) and
         ``recorder.counts(docs_in=..., docs_out=..., dropped={reason: n}, bytes_in=..., seconds=...,
         metrics=StageMetrics)`` (the last for the stage's own counters and scores).
+
+        Ray runs a task again when a worker or node is lost, and the re-run reports again: a report made in
+        a Ray task is named by the task and its place in it, and a repeat is counted once (its rejected
+        file written once). Pass ``key=`` to both calls to name the batch yourself (e.g.
+        :func:`pipeline.job.stats.batch_key` of its ords) when another task could report the same batch.
         """
         raise NotImplementedError

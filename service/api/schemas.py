@@ -6,13 +6,16 @@ loads, so the API and the CLI accept exactly the same specs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from sqlalchemy.engine import Row
 
 from pipeline.spec import JobSpec
 from service.store.models import ApiKey, Attempt, Job, JobState, RunState, Schedule, ScheduleRun, ScheduleVersion
+from service.store.repo import AttemptRow
 
 
 class ErrorInfo(BaseModel):
@@ -83,7 +86,7 @@ class AttemptOut(BaseModel):
     outcome: str | None = Field(None, description="succeeded | failed | cancelled | lost (ended without a result)")
 
     @classmethod
-    def of(cls, att: Attempt) -> AttemptOut:
+    def of(cls, att: Attempt | AttemptRow) -> AttemptOut:
         return cls(number=att.number, host=att.host, pid=att.pid, started_at=att.started_at, ended_at=att.ended_at,
                    exit_code=att.exit_code, outcome=att.outcome)
 
@@ -104,7 +107,8 @@ class JobDetail(JobOut):
     spec: dict[str, Any]
 
     @classmethod
-    def of(cls, job: Job, attempts: list[Attempt]) -> JobDetail:
+    def of(cls, job: Job | Row[Any], attempts: Sequence[Attempt | AttemptRow]) -> JobDetail:
+        """From the ORM objects or from :func:`service.store.repo.job_status`'s rows (same attribute names)."""
         s = job.summary or {}
         shards = s.get("shards") or {}
         return cls(
@@ -171,7 +175,7 @@ class ApiKeyOut(BaseModel):
                    last_used_at=key.last_used_at)
 
 
-def _base(job: Job) -> dict[str, Any]:
+def _base(job: Job | Row[Any]) -> dict[str, Any]:
     error = None
     if job.state in (JobState.FAILED, JobState.CANCELLED) and job.failure_category:
         error = ErrorInfo(category=job.failure_category, message=job.error_message)

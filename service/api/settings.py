@@ -6,19 +6,22 @@ setting                   environment variable           default
 state_dir                 TOKENMILL_STATE_DIR            ``./tokenmill-service`` (jobs' logs and events, the lock)
 database_url              TOKENMILL_DATABASE_URL         ``sqlite:///STATE_DIR/tokenmill.db``
 database_schema           TOKENMILL_DATABASE_SCHEMA      none (PostgreSQL only: the tables' schema)
-input_roots               TOKENMILL_INPUT_ROOTS          ``STATE_DIR/data`` (``:``-separated folders)
+input_roots               TOKENMILL_INPUT_ROOTS          ``STATE_DIR/data`` (``:``-separated folders or URIs)
 output_roots              TOKENMILL_OUTPUT_ROOTS         ``STATE_DIR/data``
 (both)                    TOKENMILL_ROOTS                sets both lists at once
 max_running               TOKENMILL_MAX_RUNNING          1 (see ``service.runner.supervisor.RunnerConfig``)
 ray_address               TOKENMILL_RAY_ADDRESS          none: each job starts a local Ray
+ray_jobs_url              TOKENMILL_RAY_JOBS_URL         none: jobs run here (``http://head:8265``: Ray Jobs API)
 job_cpus                  TOKENMILL_JOB_CPUS             none: a local Ray takes every CPU
 max_body_bytes            TOKENMILL_MAX_BODY_BYTES       1 MiB
+auth_cache_s              TOKENMILL_AUTH_CACHE_S         10 (seconds a revoked key may still work; 0: no cache)
 ========================  =============================  ====================================================
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,9 @@ from service.confine import Roots
 #: a request body larger than this gets 413. A job spec is a few kilobytes (the largest in tests/ is under
 #: 2 KB); a megabyte leaves room for long stage lists while keeping a flood of bodies cheap to refuse
 MAX_BODY_BYTES = 1 << 20
+#: seconds an API key read from the database is trusted by service.api.keycache (the revocation delay across
+#: processes): short next to how long it takes to notice a leaked key, long next to a poller's interval
+AUTH_CACHE_S = 10.0
 
 
 class Settings(BaseModel):
@@ -38,10 +44,14 @@ class Settings(BaseModel):
     state_dir: Path = Path("tokenmill-service")
     database_url: str | None = None
     database_schema: str | None = None
-    input_roots: tuple[Path, ...] = ()
-    output_roots: tuple[Path, ...] = ()
+    #: folders, or object-store URIs (``s3://bucket/prefix``, kept as strings: a Path would fold the ``//``)
+    input_roots: tuple[str, ...] = ()
+    output_roots: tuple[str, ...] = ()
     max_running: int = Field(1, ge=1)
     ray_address: str | None = None
+    #: submit each job to this Ray Jobs API (the head's dashboard, ``http://head:8265``) instead of running it
+    #: here: see service.runner.ray_jobs (the state folder must be shared with the head)
+    ray_jobs_url: str | None = None
     job_cpus: int | None = Field(None, ge=1)
     max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024)
     #: run the supervisor in this process (off: an API-only process, as in tests of the API alone)
@@ -52,8 +62,19 @@ class Settings(BaseModel):
     max_lost: int = Field(3, ge=1)
     cancel_grace_s: float = Field(60.0, gt=0)
     poll_s: float = Field(0.5, gt=0)
+    #: seconds an API key read from the database is trusted (service.api.keycache): a key revoked by another
+    #: process stops working here within this long; 0 reads the key on every request
+    auth_cache_s: float = Field(AUTH_CACHE_S, ge=0)
     #: seconds between two database reads of a server-sent event stream that has nothing new
     events_poll_s: float = Field(0.5, gt=0)
+    #: once started, keep the objects alive then out of the garbage collector's full collections (see
+    #: service.api.app.freeze_gc): ``tokenmill serve`` sets it; a process making many apps (tests) must not
+    freeze_gc: bool = False
+
+    @field_validator("input_roots", "output_roots", mode="before")
+    @classmethod
+    def _fspaths(cls, value: Any) -> Any:
+        return tuple(os.fspath(v) for v in value) if isinstance(value, (list, tuple)) else value
 
     @field_validator("state_dir")
     @classmethod
@@ -75,9 +96,10 @@ class Settings(BaseModel):
         """Settings from ``TOKENMILL_*`` variables; ``overrides`` (not None) win."""
         env = os.environ if environ is None else environ
 
-        def paths(name: str) -> tuple[Path, ...] | None:
+        def paths(name: str) -> tuple[str, ...] | None:
             raw = env.get(name) or env.get("TOKENMILL_ROOTS")
-            return tuple(Path(p) for p in raw.split(os.pathsep) if p) if raw else None
+            # ``:``-separated, except the ``:`` of a URI's ``scheme://`` (``/data:s3://bucket/in``)
+            return tuple(p for p in re.split(r":(?!//)", raw) if p) if raw else None
 
         values: dict[str, Any] = {
             "state_dir": env.get("TOKENMILL_STATE_DIR"),
@@ -87,8 +109,10 @@ class Settings(BaseModel):
             "output_roots": paths("TOKENMILL_OUTPUT_ROOTS"),
             "max_running": env.get("TOKENMILL_MAX_RUNNING"),
             "ray_address": env.get("TOKENMILL_RAY_ADDRESS"),
+            "ray_jobs_url": env.get("TOKENMILL_RAY_JOBS_URL"),
             "job_cpus": env.get("TOKENMILL_JOB_CPUS"),
             "max_body_bytes": env.get("TOKENMILL_MAX_BODY_BYTES"),
+            "auth_cache_s": env.get("TOKENMILL_AUTH_CACHE_S"),
         }
         values.update(overrides)
         return cls(**{k: v for k, v in values.items() if v not in (None, "")})

@@ -126,10 +126,25 @@ def run_attempt(run_dir: Path) -> int:
         sink.close()
 
 
+def _output_to(path: Path) -> None:
+    """Point file descriptors 1 and 2 at ``path`` (appended), for this process and what it starts."""
+    print(f"tokenmill job process {os.getpid()}: output in {path}", flush=True)
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m service.runner.job_process", description=__doc__.splitlines()[0])
     p.add_argument("--run-dir", required=True, help="the attempt's folder (run.json in, events.jsonl and job.log out)")
+    p.add_argument("--log-output", action="store_true",
+                   help="append this process's stdout and stderr to RUN_DIR/job.log (a Ray Jobs API entrypoint: "
+                        "the local mode's supervisor redirects them itself)")
     args = p.parse_args(argv)
+    if args.log_output:
+        _output_to(Path(args.run_dir) / LOG_FILE)
     return run_attempt(Path(args.run_dir))
 
 

@@ -5,6 +5,9 @@ a service restart a pid that the system has since given to another program is ne
 its command line must also name the attempt's folder. Each job process leads its own session (and
 process group), so a restart or a crash of the service does not take it down, and a forced stop reaches
 everything it started in that group.
+
+The supervisor sees them through an :class:`Executor`: :class:`LocalProcesses` here (the default), or
+:class:`service.runner.ray_jobs.RayJobs` (each attempt a Ray Jobs API submission, its driver on the cluster).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import psutil
 
@@ -97,3 +101,80 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# ---- the supervisor's view: one executor per service (this one, or service.runner.ray_jobs.RayJobs) ---------
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How an attempt's process ended, as far as its executor can tell (its outcome is its events file's)."""
+
+    exit_code: int | None
+    #: for a message: "exit code 1", "no result", what the Ray Jobs API said
+    how: str
+    #: stopped from outside the service (the Ray Jobs API's STOPPED): a cancel, not a loss
+    stopped: bool = False
+
+
+class Executor(Protocol):
+    """Where the supervisor's job processes run. An attempt is known by what the database keeps of it
+    (job id, number, folder, pid and start time), so a restarted service finds its processes again."""
+
+    def launch(self, job_id: str, number: int, run_dir: Path) -> ProcessRef | None:
+        """Start the attempt whose ``run.json`` is in ``run_dir``; the pid to record, if any. Raises OSError."""
+
+    def alive(self, att: Any) -> bool:
+        """Whether the attempt's process still runs (it may fill in ``att.pid``/``att.proc_started``)."""
+
+    def started_here(self, att: Any) -> bool:
+        """Whether this executor started it (else the supervisor notes a re-attach)."""
+
+    def name(self, att: Any) -> str:
+        """The attempt's process, for the job's log ("the job process (pid 12)")."""
+
+    def cancel(self, att: Any, force: bool) -> None:
+        """Ask it to stop (the job's SIGTERM handling cancels); ``force``: the grace is over."""
+
+    def ended(self, att: Any) -> Ended:
+        """How it ended, once ``alive`` said it no longer runs."""
+
+
+class LocalProcesses:
+    """Each attempt a child process of this machine, in its own session (the default)."""
+
+    def __init__(self, command: Sequence[str], env: Mapping[str, str], log_file: str):
+        self.command, self.env, self.log_file = tuple(command), dict(env), log_file
+        self._children: dict[int, subprocess.Popen[bytes]] = {}  # the processes this service started
+
+    def launch(self, job_id: str, number: int, run_dir: Path) -> ProcessRef:
+        child = start(self.command, run_dir, run_dir / self.log_file, {**os.environ, **self.env})
+        self._children[child.pid] = child
+        return ProcessRef(child.pid, start_time(child.pid) or 0.0)
+
+    def alive(self, att: Any) -> bool:
+        if att.pid is None:  # the service died between starting the process and recording it
+            ref = find(att.run_dir)
+            if ref is not None:
+                att.pid, att.proc_started = ref.pid, ref.started
+        if att.pid is None:
+            return False
+        child = self._children.get(att.pid)
+        if child is not None:
+            return child.poll() is None
+        return is_alive(att.pid, att.proc_started, att.run_dir)
+
+    def started_here(self, att: Any) -> bool:
+        return att.pid in self._children
+
+    def name(self, att: Any) -> str:
+        return f"the job process (pid {att.pid})"
+
+    def cancel(self, att: Any, force: bool) -> None:
+        if att.pid is not None:
+            (kill_group if force else terminate)(att.pid)
+
+    def ended(self, att: Any) -> Ended:
+        child = self._children.pop(att.pid, None) if att.pid is not None else None
+        code = child.returncode if child is not None else None
+        return Ended(code, f"exit code {code}" if code is not None else "no result")

@@ -61,6 +61,9 @@ class RunnerConfig:
     max_running: int = 1
     #: Ray address every job runs on (None: each job process starts its own local Ray)
     ray_address: str | None = None
+    #: the Ray Jobs API (``http://head:8265``): each attempt is submitted there, its driver runs on the cluster
+    #: (:mod:`service.runner.ray_jobs`); None: each attempt is a local process (:class:`process.LocalProcesses`)
+    ray_jobs_url: str | None = None
     #: CPUs of each job's local Ray node when its spec leaves ``execution.num_cpus`` out
     job_cpus: int | None = None
     roots: Roots | None = None
@@ -79,6 +82,13 @@ class RunnerConfig:
     def run_dir(self, job_id: str, attempt: int) -> str:
         return str(self.jobs_dir() / job_id / f"attempt-{attempt}")
 
+    def executor(self) -> process.Executor:
+        if self.ray_jobs_url:
+            from service.runner.ray_jobs import RayJobs
+
+            return RayJobs(self.ray_jobs_url, env=self.env, stop_wait_s=self.cancel_grace_s)
+        return process.LocalProcesses(self.job_command, self.env, LOG_FILE)
+
 
 class Supervisor(LeaderLoop):
     name = "supervisor"
@@ -87,7 +97,7 @@ class Supervisor(LeaderLoop):
         super().__init__(config.state_dir / "supervisor.lock", config.poll_s)
         self.db = db
         self.config = config
-        self._children: dict[int, Any] = {}  # pid -> Popen of the processes this supervisor started
+        self.executor = config.executor()
         self._known: set[tuple[str, int]] = set()  # attempts this supervisor has seen (to note a re-attach once)
         self.host = socket.gethostname()
 
@@ -120,11 +130,7 @@ class Supervisor(LeaderLoop):
             if att is None:
                 repo.transition(s, job, JobState.FAILED, category="app", message="no attempt record for a running job")
                 return False
-            if att.pid is None:  # the service died between starting the process and recording it
-                ref = process.find(att.run_dir)
-                if ref is not None:
-                    att.pid, att.proc_started = ref.pid, ref.started
-            alive = self._alive(att)
+            alive = self.executor.alive(att)
             self._note_reattach(s, job, att, alive)
             more = self._ingest(s, job, att)
             if alive:
@@ -133,37 +139,24 @@ class Supervisor(LeaderLoop):
                 return more
             if more:
                 return True  # the whole file first: the outcome is its last line
-            self._finish(s, job, att, self._reap(att.pid))
+            self._finish(s, job, att, self.executor.ended(att))
             return False
-
-    def _alive(self, att: Attempt) -> bool:
-        if att.pid is None:
-            return False
-        child = self._children.get(att.pid)
-        if child is not None:
-            return child.poll() is None
-        return process.is_alive(att.pid, att.proc_started, att.run_dir)
-
-    def _reap(self, pid: int | None) -> int | None:
-        child = self._children.pop(pid, None) if pid is not None else None
-        return child.returncode if child is not None else None
 
     def _note_reattach(self, s: Session, job: Job, att: Attempt, alive: bool) -> None:
         key = (job.id, att.number)
         if key in self._known:
             return
         self._known.add(key)
-        if alive and att.pid not in self._children:
-            self._log_event(s, job, f"re-attached to the job process (pid {att.pid}) of attempt {att.number}")
+        if alive and not self.executor.started_here(att):
+            self._log_event(s, job, f"re-attached to {self.executor.name(att)} of attempt {att.number}")
 
     def _deliver_cancel(self, att: Attempt) -> None:
-        assert att.pid is not None
         now = utcnow()
         if att.cancel_sent_at is None:
-            process.terminate(att.pid)
+            self.executor.cancel(att, force=False)
             att.cancel_sent_at = now
         elif now - att.cancel_sent_at > timedelta(seconds=self.config.cancel_grace_s):
-            process.kill_group(att.pid)
+            self.executor.cancel(att, force=True)
 
     def _ingest(self, s: Session, job: Job, att: Attempt) -> bool:
         """Store the complete new lines of the attempt's events file; True when more remain."""
@@ -195,9 +188,9 @@ class Supervisor(LeaderLoop):
         att.events_offset += end + 1
         return len(chunk) == INGEST_CHUNK
 
-    def _finish(self, s: Session, job: Job, att: Attempt, exit_code: int | None) -> None:
+    def _finish(self, s: Session, job: Job, att: Attempt, ended: process.Ended) -> None:
         att.ended_at = utcnow()
-        att.exit_code = exit_code
+        att.exit_code = ended.exit_code
         final = repo.last_event(s, job.id, att.number, ("job_finished", "job_failed"))
         if final is not None and final.type == "job_finished":
             att.outcome = "succeeded"
@@ -213,9 +206,10 @@ class Supervisor(LeaderLoop):
                 repo.transition(s, job, JobState.FAILED, category=category, message=message)
         else:
             att.outcome = "lost"
-            how = f"exit code {exit_code}" if exit_code is not None else "no result"
+            how = ended.how
             lost = _trailing_lost(repo.attempts_of(s, job.id))
-            if job.cancel_requested:
+            if job.cancel_requested or ended.stopped:
+                att.outcome = "cancelled" if ended.stopped else "lost"
                 repo.transition(s, job, JobState.CANCELLED,
                                 message=f"the job process ended before it reported its cancel ({how})")
             elif lost < self.config.max_lost:
@@ -267,8 +261,7 @@ class Supervisor(LeaderLoop):
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / RUN_FILE).write_text(json.dumps(run, indent=1), encoding="utf-8")
-            child = process.start(self.config.job_command, run_dir, run_dir / LOG_FILE,
-                                  {**os.environ, **self.config.env})
+            ref = self.executor.launch(job_id, number, run_dir)
         except OSError as exc:
             with self.db.session() as s:
                 job = repo.lock_job(s, job_id)
@@ -276,20 +269,21 @@ class Supervisor(LeaderLoop):
                 repo.transition(s, job, JobState.FAILED, category="infra",
                                 message=f"cannot start the job process: {exc}")
             return
-        self._children[child.pid] = child
         self._known.add((job_id, number))
-        started = process.start_time(child.pid)
-        with self.db.session() as s:
-            att = repo.get_attempt(s, job_id, number)
-            att.pid, att.proc_started = child.pid, started
-        log.info("job %s attempt %d: pid %d", job_id, number, child.pid)
+        if ref is not None:
+            with self.db.session() as s:
+                att = repo.get_attempt(s, job_id, number)
+                att.pid, att.proc_started = ref.pid, ref.started
+        log.info("job %s attempt %d: %s", job_id, number, f"pid {ref.pid}" if ref else "submitted")
 
     def _spec_for_run(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The stored spec with the service's execution settings: its Ray address, its default CPUs."""
         spec = json.loads(json.dumps(spec))
         ex = spec.setdefault("execution", {})
-        ex["address"] = self.config.ray_address
-        if self.config.job_cpus and not ex.get("num_cpus") and not self.config.ray_address:
+        # through the Jobs API the driver runs on the cluster: no address (Ray's RAY_ADDRESS), no local node
+        ex["address"] = None if self.config.ray_jobs_url else self.config.ray_address
+        if self.config.job_cpus and not ex.get("num_cpus") and not self.config.ray_address \
+                and not self.config.ray_jobs_url:
             ex["num_cpus"] = self.config.job_cpus
         return spec
 

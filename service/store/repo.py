@@ -15,9 +15,10 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -100,6 +101,37 @@ def get_job(s: Session, job_id: str) -> Job:
     if job is None:
         raise NotFound(f"no job {job_id!r}")
     return job
+
+
+class AttemptRow(NamedTuple):
+    """An attempt as a status read returns it (the columns the API shows)."""
+    number: int
+    host: str
+    pid: int | None
+    started_at: datetime
+    ended_at: datetime | None
+    exit_code: int | None
+    outcome: str | None
+
+
+_STATUS_JOB = (Job.id, Job.name, Job.state, Job.attempt, Job.output_path, Job.created_at, Job.updated_at,
+               Job.started_at, Job.finished_at, Job.failure_category, Job.error_message, Job.summary, Job.spec)
+#: built once (building a statement costs about as much CPU as running it on SQLite) and polled: the job's
+#: columns and its attempts', one row per attempt, in one statement (so one snapshot on any store)
+_JOB_STATUS = (select(*_STATUS_JOB, *(getattr(Attempt, f).label(f"attempt_{f}") for f in AttemptRow._fields))
+               .outerjoin(Attempt, Attempt.job_id == Job.id).where(Job.id == bindparam("job_id"))
+               .order_by(Attempt.number))
+
+
+def job_status(conn: Connection | Session, job_id: str) -> tuple[Row[Any], list[AttemptRow]]:
+    """What ``GET /v1/jobs/{id}`` shows: the job's row (``.id``, ``.state``, ``.summary``, ``.spec``, ... as on
+    :class:`Job`) and its attempts, oldest first. Columns, not ORM objects: a poll reads this many times a
+    second and the ORM's identity map and instance loading would cost more than the query."""
+    rows = conn.execute(_JOB_STATUS, {"job_id": job_id}).all()
+    if not rows:
+        raise NotFound(f"no job {job_id!r}")
+    n = len(_STATUS_JOB)
+    return rows[0], [AttemptRow(*r[n:]) for r in rows if r[n] is not None]
 
 
 def lock_job(s: Session, job_id: str) -> Job:
@@ -285,17 +317,33 @@ def revoke_key(s: Session, key_id: str) -> ApiKey:
 
 
 def authenticate(s: Session, token: str) -> ApiKey | None:
-    """The live key ``token`` is, else None (malformed, unknown, wrong secret, revoked)."""
+    """The live key ``token`` is, else None (malformed, unknown, wrong secret, revoked); refreshes its
+    ``last_used_at`` (in a write transaction; the API reads with :func:`find_key` and :func:`touch_key`)."""
     parsed = auth.parse(token)
     if parsed is None:
         return None
-    key = s.get(ApiKey, parsed[0])
-    if key is None or key.revoked_at is not None or not auth.matches(parsed[1], key.secret_hash):
+    key = find_key(s, parsed[0])
+    if key is None or not auth.matches(parsed[1], key.secret_hash):
         return None
     now = utcnow()
     if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
         key.last_used_at = now
     return key
+
+
+def find_key(s: Session, key_id: str) -> ApiKey | None:
+    """The key ``key_id``, unless unknown or revoked (a read: the caller checks the secret)."""
+    key = s.get(ApiKey, key_id)
+    return None if key is None or key.revoked_at is not None else key
+
+
+def touch_key(s: Session, key_id: str) -> None:
+    """Set the key's ``last_used_at`` to now unless it was set within :data:`LAST_USED_RESOLUTION` (one
+    UPDATE, no read; a no-op when another process got there first)."""
+    now = utcnow()
+    s.execute(update(ApiKey).where(ApiKey.id == key_id, or_(ApiKey.last_used_at.is_(None),
+                                                             ApiKey.last_used_at < now - LAST_USED_RESOLUTION))
+              .values(last_used_at=now).execution_options(synchronize_session=False))
 
 
 # ---- schedules -------------------------------------------------------------------------------------------

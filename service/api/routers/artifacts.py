@@ -47,6 +47,7 @@ from starlette.concurrency import run_in_threadpool
 from pipeline.job.output_dir import PUBLISHED, OutputDir
 from pipeline.output.inspect import DOCUMENTS_INDEX, load_documents_index
 from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardFormatError
+from pipeline.storage import is_remote
 from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep
 from service.api.settings import Settings
@@ -207,6 +208,9 @@ class Source:
 
 
 def _inside_roots(folder: str, settings: Settings) -> str:
+    if is_remote(folder):  # the service serves files it can reach on its disk; a store is read directly
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"this output is in object storage ({folder}); read it "
+                                                       "from there (training/data.py's loader takes the URI)")
     real = os.path.realpath(folder)
     if not any(Path(real).is_relative_to(r) and Path(real) != r for r in settings.roots().write):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "this output lies outside the service's output roots")
@@ -214,7 +218,7 @@ def _inside_roots(folder: str, settings: Settings) -> str:
 
 
 def job_source(db: Database, settings: Settings, job_id: str) -> Source:
-    with db.session() as s:
+    with db.read() as s:
         job = repo.get_job(s, job_id)
         state, folder, spec_hash = JobState(job.state), job.output_path, job.spec_hash
     if state != JobState.SUCCEEDED:
@@ -224,12 +228,12 @@ def job_source(db: Database, settings: Settings, job_id: str) -> Source:
 
 
 def version_number(db: Database, schedule_id: str, version: str) -> int:
-    with db.session() as s:
+    with db.read() as s:
         return repo.get_version(s, schedule_id, None if version == "latest" else int(version)).number
 
 
 def version_source(db: Database, settings: Settings, schedule_id: str, number: int) -> Source:
-    with db.session() as s:
+    with db.read() as s:
         v = repo.get_version(s, schedule_id, number)
         folder, spec_hash = v.path, repo.get_job(s, v.job_id).spec_hash
     return Source(_inside_roots(folder, settings), spec_hash, IMMUTABLE)

@@ -69,7 +69,7 @@ def list_jobs(key: KeyDep, db: DbDep,
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
               cursor: Annotated[str | None, Query(max_length=100)] = None) -> schemas.JobList:
     """Jobs, newest first, filtered; follow `next_cursor` for the next page."""
-    with db.session() as s:
+    with db.read() as s:
         jobs = repo.list_jobs(s, states=[str(x) for x in state], name=name, created_after=_aware(created_after),
                               created_before=_aware(created_before), before_seq=_decode_cursor(cursor),
                               limit=limit + 1)
@@ -78,11 +78,12 @@ def list_jobs(key: KeyDep, db: DbDep,
 
 
 @router.get("/{job_id}", response_model=schemas.JobDetail, responses=_NOT_FOUND)
-def get_job(job_id: str, key: KeyDep, db: DbDep) -> schemas.JobDetail:
+async def get_job(job_id: str, key: KeyDep, db: DbDep) -> schemas.JobDetail:
     """State, attempts, per-stage documents in/out/dropped per reason, tokens, shards, throughput, timings."""
-    with db.session() as s:
-        job = repo.get_job(s, job_id)
-        return schemas.JobDetail.of(job, list(repo.attempts_of(s, job_id)))
+    # what clients poll: async, and the read goes through Database.run_read, not the thread pool (a sync route
+    # would send its dependencies, its body and the response's validation there, each a handoff)
+    job, attempts = await db.run_read(lambda conn: repo.job_status(conn, job_id))
+    return schemas.JobDetail.of(job, attempts)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,
@@ -115,7 +116,7 @@ def get_logs(job_id: str, key: KeyDep, db: DbDep,
              attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
              tail_bytes: Annotated[int, Query(ge=0, le=MAX_LOG_BYTES)] = MAX_LOG_BYTES) -> PlainTextResponse:
     """The job process's log (its output and Ray's), the last `tail_bytes` of it."""
-    with db.session() as s:
+    with db.read() as s:
         job = repo.get_job(s, job_id)
         number = attempt or job.attempt
         if number == 0:
@@ -136,7 +137,7 @@ def _event_cursor(last_event_id: Annotated[str | None, Header(max_length=20)] = 
 
 async def _existing_job(job_id: str, db: DbDep) -> str:
     def check() -> None:
-        with db.session() as s:
+        with db.read() as s:
             repo.get_job(s, job_id)
 
     await run_in_threadpool(check)
@@ -153,6 +154,7 @@ async def follow_events(request: Request, key: KeyDep, db: DbDep, settings: Sett
     event's data carries the `attempt` it belongs to."""
     last = after
     while True:
+        # up to 500 events a page: in the thread pool whatever the store (the GIL is handed back every 5 ms)
         rows, state = await run_in_threadpool(_events_page, db, job_id, last)
         for seq, kind, data in rows:
             last = seq
@@ -164,11 +166,14 @@ async def follow_events(request: Request, key: KeyDep, db: DbDep, settings: Sett
 
 
 def _events_page(db: Database, job_id: str, after: int) -> tuple[list[tuple[int, str, dict]], str]:
-    """Events after ``after`` and the job's state read in the same transaction: when the state is terminal
-    and no event is left, the stream has sent the terminal state event."""
-    with db.session() as s:
+    """The job's state, then the events after ``after``: the terminal state and its event are committed
+    together, so when the state read first is terminal the events read next include its event, and a page
+    with no event after a terminal state means the stream has sent everything (on SQLite both reads see one
+    snapshot; on PostgreSQL, read committed, this order is what makes it hold)."""
+    with db.read() as s:
+        state = repo.get_job(s, job_id).state
         rows = [(e.seq, e.type, {**e.data, "attempt": e.attempt}) for e in repo.events_after(s, job_id, after)]
-        return rows, repo.get_job(s, job_id).state
+        return rows, state
 
 
 # ---- helpers --------------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class StoreCollector(Collector):
         yield from _families(figures)
 
     def _read(self, db: Database) -> tuple[dict[str, int], list[JobFigures]]:
-        with db.session() as s:
+        with db.read() as s:
             states = {str(k): int(v) for k, v in s.execute(select(Job.state, func.count()).group_by(Job.state))}
             stamps = {job_id: at for job_id, at in s.execute(select(Job.id, Job.updated_at))}
             stale = [job_id for job_id, at in stamps.items() if self._cache.get(job_id, (None,))[0] != at]

@@ -84,7 +84,7 @@ def _out(s: Any, sched: Schedule) -> schemas.ScheduleOut:
 def create_schedule(body: schemas.ScheduleIn, response: Response, key: KeyDep, db: DbDep,
                     settings: SettingsDep) -> schemas.ScheduleOut:
     """Create a schedule; its first slot is the first one the cron expression names after now."""
-    with db.session() as s:
+    with db.read() as s:
         others = repo.schedule_outputs(s)
     out = check_spec(body.spec, settings, others)
     nxt = next_fire(body.cron, body.timezone, system_clock())
@@ -99,14 +99,14 @@ def create_schedule(body: schemas.ScheduleIn, response: Response, key: KeyDep, d
 
 @router.get("", response_model=schemas.ScheduleList)
 def list_schedules(key: KeyDep, db: DbDep) -> schemas.ScheduleList:
-    with db.session() as s:
+    with db.read() as s:
         return schemas.ScheduleList(items=[_out(s, sc) for sc in repo.list_schedules(s)])
 
 
 @router.get("/{schedule_id}", response_model=schemas.ScheduleOut, responses=_NOT_FOUND)
 def get_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
     """The schedule, its next slots, its latest version and last run."""
-    with db.session() as s:
+    with db.read() as s:
         return _out(s, repo.get_schedule(s, schedule_id))
 
 
@@ -116,7 +116,7 @@ def update_schedule(schedule_id: str, body: schemas.SchedulePatch, key: KeyDep, 
     """Change the name, cron expression, time zone, overlap policy or spec (not its output folder); a new
     cron expression or zone takes effect from now."""
     if body.spec is not None:
-        with db.session() as s:
+        with db.read() as s:
             current, others = repo.get_schedule(s, schedule_id).output_path, repo.schedule_outputs(s)
         if os.path.realpath(body.spec.output.path) != current:
             raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_problem(
@@ -177,7 +177,7 @@ def list_runs(schedule_id: str, key: KeyDep, db: DbDep,
               before: Annotated[int | None, Query(ge=1, description="a run number: older runs only")] = None,
               limit: Annotated[int, Query(ge=1, le=500)] = 50) -> schemas.ScheduleRunList:
     """Run history, newest first: each run's slot, state, message, job, version and the files it read."""
-    with db.session() as s:
+    with db.read() as s:
         repo.get_schedule(s, schedule_id)
         runs = repo.runs_of(s, schedule_id, before=before, limit=limit + 1)
         items = [schemas.ScheduleRunOut.of(r) for r in runs[:limit]]
@@ -187,7 +187,7 @@ def list_runs(schedule_id: str, key: KeyDep, db: DbDep,
 @router.get("/{schedule_id}/versions", response_model=schemas.VersionList, responses=_NOT_FOUND)
 def list_versions(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.VersionList:
     """Published versions, oldest first; `latest` is the number `versions/latest` redirects to."""
-    with db.session() as s:
+    with db.read() as s:
         repo.get_schedule(s, schedule_id)
         items = [schemas.VersionOut.of(v) for v in repo.versions_of(s, schedule_id)]
     return schemas.VersionList(items=items, latest=items[-1].number if items else None)

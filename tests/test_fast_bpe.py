@@ -1,0 +1,102 @@
+"""pipeline/fast_bpe.py: the same token ids as HF ``tokenizers`` (encode_batch_fast), or HF itself."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, normalizers
+
+from pipeline.fast_bpe import FastByteLevelBPE
+from pipeline.spec import TokenizerSpec
+from pipeline.tokenize import DocEncoder, TokenizerInfo, special_tokens, train_bpe
+
+WORDS = ["the", "The", "tokenizer", "naïve", "café", "Straße", "Ωμέγα", "слово", "日本語", "中文字", "٣٤", "ß",
+         "İstanbul", "ΣΊΣΥΦΟΣ", "x²", "½", "l'été", "don't", "we'll", "they're", "I'm", "it's", "you've", "he'd",
+         "2024", "3.14",
+         "-->", "==", "{}", "()", "\\n", "👍", "🇫🇷", "e\u0301", "\u200b", "<|endoftext|>", "<|endoftext", "'S", "'T"]
+SPACES = [" ", "  ", "\t", "\n", "\n\n", "\r\n", " \n ", "   \t", "\u00a0", "\u3000", "\u2028", "\x0b", "\x0c", "\x1c",
+          "\x85", ""]
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice(WORDS) + rng.choice(SPACES) for _ in range(n))
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    rng = random.Random(7)
+    out = [_text(rng, rng.randint(0, 400)) for _ in range(300)]
+    # every ASCII character in many contexts, and characters newer than the Unicode of tokenizers' Oniguruma
+    out.append("".join(f"a{chr(c)}b {chr(c)}{chr(c)} 1{chr(c)}2 " for c in range(128)))
+    out += ["x\u0558y \u0558\u0558 z", "new letters: \U000107bb\U000107bc and \ua7ce", "", " ", "\n\n\n", "'s's'"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def tok(texts) -> Tokenizer:
+    return train_bpe(texts * 3, 600, 2, special_tokens(TokenizerSpec()))
+
+
+def _hf(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    tok.encode_special_tokens = True
+    return [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+def test_same_ids_as_tokenizers(tok, texts):
+    tok.encode_special_tokens = True
+    assert FastByteLevelBPE.supports(tok)
+    fast = FastByteLevelBPE(tok)
+    got = fast.encode_batch(texts)
+    assert [g.tolist() for g in got] == _hf(tok, texts)
+    assert fast.fallback_docs == 2  # only the two texts with letters newer than Oniguruma's tables
+    assert all(g.dtype == np.int32 for g in got)
+    # a second pass runs from the cache of pre-tokens
+    assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
+
+
+def test_characters_whose_split_differs_go_through_tokenizers(tok):
+    """U+0558 is a letter for `regex` but not for the Oniguruma inside tokenizers: HF decides."""
+    tok.encode_special_tokens = True
+    fast = FastByteLevelBPE(tok)
+    assert fast.encode("ab\u0558cd") is None
+    assert fast.encode("plain ascii, café") is not None
+    assert [g.tolist() for g in fast.encode_batch(["ab\u0558cd", "ok"])] == _hf(tok, ["ab\u0558cd", "ok"])
+    assert fast.fallback_docs == 1
+
+
+def test_doc_encoder_fast_and_plain_agree(tok, texts):
+    info = TokenizerInfo.resolve(tok, TokenizerSpec())
+    fast, plain = DocEncoder(tok, info), DocEncoder(Tokenizer.from_str(tok.to_str()), info, fast=False)
+    assert fast._fast is not None and plain._fast is None
+    segments = [""] * len(texts)
+    segments[3] = json.dumps([["Question: it's 2024?\n", False], ["Answer: don't  know", True]])
+    for (a, am), (b, bm) in zip(fast.encode(texts, segments), plain.encode(texts, segments), strict=True):
+        assert a.tolist() == b.tolist()
+        assert (am is None and bm is None) or am.tolist() == bm.tolist()
+
+
+@pytest.mark.parametrize("change", ["normalizer", "added_token", "prefix_space", "keep_specials"])
+def test_other_tokenizers_are_left_to_tokenizers(tok, change):
+    other = Tokenizer.from_str(tok.to_str())
+    other.encode_special_tokens = True
+    if change == "normalizer":
+        other.normalizer = normalizers.NFKC()
+    elif change == "added_token":
+        other.add_tokens(["hello"])  # a plain added token is split out of the text by HF
+    elif change == "prefix_space":
+        cfg = json.loads(other.to_str())
+        cfg["pre_tokenizer"]["add_prefix_space"] = True
+        other = Tokenizer.from_str(json.dumps(cfg))
+        other.encode_special_tokens = True
+    else:
+        other.encode_special_tokens = False  # "<|endoftext|>" in a text would become the special token
+    assert not FastByteLevelBPE.supports(other)
+    if change != "keep_specials":  # DocEncoder always encodes special tokens' text as text
+        info = TokenizerInfo.resolve(other, TokenizerSpec())
+        assert DocEncoder(other, info)._fast is None
+        texts = ["hello world <|endoftext|> x", "café hello"]
+        assert [x.tolist() for x, _ in DocEncoder(other, info).encode(texts, ["", ""])] == [
+            [*ids, info.eos_id] for ids in _hf(other, texts)]

@@ -1,0 +1,151 @@
+"""Counting survives Ray re-running work (issue 13): a batch reported twice is counted once, its
+``rejected/`` file written once, and only losses of work (not application errors) restart curation.
+
+No Ray node here: the stats actor's logic (:class:`StageTotals`) and the recorder run in this process.
+The same batch retried by a real Ray task is tests/test_two_node.py's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray.exceptions as rex
+
+from pipeline.job.curation import _drop_stale_rejects, lost_work
+from pipeline.job.stats import StageRecorder, StageTotals, batch_key, reject_file_tag, task_key
+from pipeline.stages.metrics import StageMetrics
+
+
+def _metrics(values: list[float], lines: int) -> StageMetrics:
+    m = StageMetrics()
+    for v in values:
+        m.observe("score", v)
+    m.count("lines_removed", lines)
+    return m
+
+
+def test_a_batch_reported_again_is_counted_once() -> None:
+    totals = StageTotals()
+    report = {"docs_in": 100, "docs_out": 90, "dropped": {"too_short": 10}, "bytes_in": 5000, "bytes_out": 4500,
+              "seconds": 0.5}
+    assert totals.add("02-length", key="ords:a", metrics=_metrics([1.0, 2.0], 3), **report)
+    assert totals.add("02-length", key="ords:b", metrics=_metrics([3.0], 1), **report)
+    # the retry of batch a (a worker lost after it reported): same key, ignored whatever it carries
+    assert not totals.add("02-length", key="ords:a", metrics=_metrics([1.0, 2.0], 3), **report)
+    snap = totals.snapshot()["02-length"]
+    assert (snap["docs_in"], snap["docs_out"], snap["dropped"], snap["bytes_in"], snap["bytes_out"]) == \
+        (200, 180, {"too_short": 20}, 10000, 9000)
+    assert snap["seconds"] == 1.0
+    assert snap["counters"] == {"lines_removed": 4}
+    assert snap["scores"]["score"]["count"] == 3
+    assert totals.repeated() == {"02-length": 1}
+
+
+def test_keys_are_per_stage_and_unkeyed_reports_always_add() -> None:
+    totals = StageTotals()
+    totals.add("01-normalize", key="ords:a", docs_in=10, docs_out=10)
+    totals.add("02-length", key="ords:a", docs_in=10, docs_out=7)  # the same batch seen by the next stage
+    totals.add("03-exact_dedup", docs_in=0, docs_out=0)  # from the driver: no task, no key
+    totals.add("03-exact_dedup", docs_in=0, docs_out=0)
+    snap = totals.snapshot()
+    assert (snap["01-normalize"]["docs_out"], snap["02-length"]["docs_out"]) == (10, 7)
+    assert "03-exact_dedup" in snap and totals.repeated() == {}
+
+
+def test_batch_key_names_the_documents_of_a_batch() -> None:
+    assert batch_key([3, 4, 5]) == batch_key(np.array([3, 4, 5], dtype=np.int64))
+    assert batch_key([3, 4, 5]) != batch_key([3, 4, 6])
+    assert batch_key([3, 4, 5]) != batch_key([3, 4])
+    assert task_key("02-length", "counts") is None  # outside a Ray task: nothing names the report
+
+
+def test_a_batch_set_aside_twice_is_one_file(tmp_path: Path) -> None:
+    rows = [{"id": "d1", "text": "x", "source": "a.jsonl", "ord": 1, "meta": "{}", "segments": None,
+             "reason": "too_short", "detail": {}}]
+    recorder = StageRecorder("02-length", None, str(tmp_path))
+    recorder.rejects(rows, key="ords:a")
+    recorder.rejects(rows, key="ords:a")  # the retried batch
+    recorder.rejects(rows, key="ords:b")
+    files = sorted((tmp_path / "02-length").iterdir())
+    assert len(files) == 2 and all(f.name.startswith(reject_file_tag(1)) for f in files)
+    assert [json.loads(line)["id"] for f in files for line in f.read_text().splitlines()] == ["d1", "d1"]
+    StageRecorder("02-length", None, str(tmp_path), attempt=2).rejects(rows, key="ords:a")
+    assert len(list((tmp_path / "02-length").iterdir())) == 3  # a later attempt's files are its own
+
+
+def test_a_later_attempt_drops_what_earlier_ones_left(tmp_path: Path) -> None:
+    folder = tmp_path / "02-length"
+    folder.mkdir()
+    keep = folder / f"{reject_file_tag(2)}aa.jsonl"
+    for name in (keep.name, f"{reject_file_tag(1)}aa.jsonl", f".{reject_file_tag(2)}bb.jsonl.123.tmp"):
+        (folder / name).write_text("{}\n")
+    _drop_stale_rejects(str(tmp_path), 2)
+    assert [p.name for p in folder.iterdir()] == [keep.name]
+
+
+@pytest.mark.parametrize(
+    ("exc", "lost"),
+    [
+        (rex.ObjectReconstructionFailedError("ab" * 28, None, ""), True),
+        (rex.NodeDiedError("node 127.0.0.2 died"), True),
+        (rex.WorkerCrashedError(), True),
+        (rex.ActorDiedError(), True),
+        (rex.OwnerDiedError("ab" * 28, None, ""), True),
+        (rex.LocalRayletDiedError(), False),
+        (ValueError("a stage's bug"), False),
+        (rex.ActorDiedError(rex.RayTaskError("f", "tb", ValueError("bad param"))), False),  # its __init__ failed
+    ],
+)
+def test_only_lost_work_restarts_curation(exc: BaseException, lost: bool) -> None:
+    assert (lost_work(exc) is exc) is lost
+    try:  # as Ray Data raises it: wrapped, the loss as the cause
+        raise RuntimeError("dataset execution failed") from exc
+    except RuntimeError as wrapped:
+        assert (lost_work(wrapped) is exc) is lost
+
+
+def test_curation_starts_over_when_ray_lost_work_and_gives_up_after_three(tmp_path: Path, monkeypatch) -> None:
+    from pipeline.job import curation
+    from pipeline.job import events as ev
+    from pipeline.job.engine import JobError
+
+    curated, stage = tmp_path / "curated", tmp_path / "stage"
+    curated.mkdir()
+    attempts: list[int] = []
+    fail_until = {"n": 1}
+
+    def attempt_once(spec, curated_dir, stage_dir, par, emit, check_cancel, attempt):  # noqa: ANN001
+        attempts.append(attempt)
+        (Path(curated_dir) / f"part-{attempt}.parquet").write_text("x")
+        (Path(stage_dir) / "rejected" / "02-length").mkdir(parents=True, exist_ok=True)
+        (Path(stage_dir) / "rejected" / "02-length" / f"part-a{attempt}-x.jsonl").write_text("{}\n")
+        if attempt <= fail_until["n"]:
+            raise RuntimeError("dataset execution failed") from rex.ObjectReconstructionFailedError("ab" * 28, None, "")
+        return {"left": sorted(p.name for p in Path(curated_dir).iterdir()),
+                "rejected": sorted(p.name for p in (Path(stage_dir) / "rejected").rglob("*.jsonl"))}
+
+    monkeypatch.setattr(curation, "_curate_once", attempt_once)
+    events: list[ev.Event] = []
+    record = curation.curate(None, str(curated), str(stage), 1, events.append, lambda: None)
+    assert attempts == [1, 2]
+    assert record == {"left": ["part-2.parquet"], "rejected": ["part-a2-x.jsonl"]}  # nothing of attempt 1 left
+    assert [e.level for e in events if isinstance(e, ev.LogLine)] == ["warning"]
+
+    attempts.clear()
+    fail_until["n"] = curation.CURATE_ATTEMPTS
+    with pytest.raises(JobError) as info:
+        curation.curate(None, str(curated), str(stage), 1, events.append, lambda: None)
+    assert attempts == [1, 2, 3] and info.value.category == "infra"
+
+    def app_error(*args, **kwargs):  # noqa: ANN002, ANN003
+        attempts.append(0)
+        raise ValueError("a stage's bug")
+
+    attempts.clear()
+    monkeypatch.setattr(curation, "_curate_once", app_error)
+    with pytest.raises(ValueError):
+        curation.curate(None, str(curated), str(stage), 1, events.append, lambda: None)
+    assert attempts == [0]  # not run again
