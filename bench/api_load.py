@@ -298,7 +298,7 @@ async def client(c: RawConn | HttpxConn, paths: list[str], check: Callable[[str,
                 run.error("unexpected body")
             else:
                 run.latencies_ms.append((time.perf_counter() - t) * 1000)
-        except (OSError, EOFError, TimeoutError, asyncio.IncompleteReadError, httpx.HTTPError) as exc:
+        except (OSError, EOFError, TimeoutError, ValueError, httpx.HTTPError) as exc:  # ValueError: a bad body
             run.error(type(exc).__name__)
         # a poller asks again one interval after it last asked, or at once if the answer took longer
         due = max(due + interval, time.perf_counter()) if interval else time.perf_counter()

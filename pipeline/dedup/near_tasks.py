@@ -246,8 +246,10 @@ class _Indexer:
         bands = pa.table({"key": keys, "node": np.repeat(ords, self.cfg.bands)}, schema=BAND_SCHEMA)
         kp = g.partition_of(keys, self.parts)
         np_ = g.partition_of(ords, self.parts)
-        docs = pa.table({"node": ords, "id": pa.array(list(ids), pa.string()),
-                         "sig": pa.array(list(sigs), pa.list_(pa.uint32()))}, schema=DOC_SCHEMA)
+        # one list<uint32> of num_perm values per document, built from the flat matrix (not row by row)
+        sig = pa.ListArray.from_arrays(pa.array(np.arange(len(sigs) + 1, dtype=np.int32) * sigs.shape[1]),
+                                       pa.array(np.ascontiguousarray(sigs, dtype=np.uint32).ravel()))
+        docs = pa.table({"node": ords, "id": pa.array(list(ids), pa.string()), "sig": sig}, schema=DOC_SCHEMA)
         return [*dr.split_table(bands, kp, self.parts), *dr.split_table(docs, np_, self.parts)]
 
 
