@@ -100,3 +100,13 @@ def test_other_tokenizers_are_left_to_tokenizers(tok, change):
         texts = ["hello world <|endoftext|> x", "café hello"]
         assert [x.tolist() for x, _ in DocEncoder(other, info).encode(texts, ["", ""])] == [
             [*ids, info.eos_id] for ids in _hf(other, texts)]
+
+
+def test_a_full_cache_keeps_its_newer_half(tok, texts, monkeypatch):
+    import pipeline.fast_bpe as fb
+
+    monkeypatch.setattr(fb, "MAX_CACHE", 50)
+    tok.encode_special_tokens = True
+    fast = FastByteLevelBPE(tok)
+    assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
+    assert len(fast._ids) <= 50
