@@ -9,10 +9,10 @@ import this module; it imports nothing from them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -48,7 +48,7 @@ def docs_to_table(docs: list[dict[str, Any]]) -> pa.Table:
         if meta is None:
             r["meta"] = "{}"
         elif not isinstance(meta, str):
-            r["meta"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+            r["meta"] = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS).decode()  # as the readers write it
         if r["segments"] is None:
             r["segments"] = ""
     return pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
@@ -58,7 +58,7 @@ def table_to_docs(table: pa.Table) -> list[dict[str, Any]]:
     """Rows as dicts, ``meta`` parsed into a dict so stages can read and add annotations."""
     docs = table.select(DOC_FIELDS).to_pylist()
     for d in docs:
-        d["meta"] = json.loads(d["meta"]) if d["meta"] else {}
+        d["meta"] = orjson.loads(d["meta"]) if d["meta"] else {}
     return docs
 
 

@@ -4,9 +4,17 @@ Why: ``Tokenizer.encode_batch_fast`` spends most of its time allocating (a Norma
 per-byte alignments for every pre-token, a String per token, offsets, masks) rather than merging;
 on one core it tokenizes ~1.5 MB/s, which made tokenization the largest part of a job. Text is made
 of few distinct pre-tokens (words with their leading space, runs of digits, punctuation, whitespace),
-so this encoder splits a document with the same GPT-2 pattern (the ``regex`` module), looks each
-pre-token up in a dict of the ids it encodes to, and asks the tokenizer's own BPE model
-(``model.tokenize``, exactly what ``encode`` runs on each pre-token) only for pre-tokens not seen yet.
+so this encoder looks whole space-separated chunks up in a dict of the ids they encode to; a chunk not
+seen yet is split with the same GPT-2 pattern (the ``regex`` module), each of its pre-tokens looked up in a
+second dict, and the tokenizer's own BPE model (``model.tokenize``, exactly what ``encode`` runs on each
+pre-token) is asked only for pre-tokens not seen yet.
+
+Why chunks: splitting with the pattern costs more than everything else (~6 MB/s: one Python string per
+pre-token), while ``str.split(" ")`` runs in C. A space followed by a character that is not whitespace
+always starts a pre-token (`` ?\\p{L}+``, `` ?\\p{N}+`` or `` ?[^\\s\\p{L}\\p{N}]+``), no pre-token ends
+after it, and the pattern looks ahead but never behind: so the pre-tokens of a text are those of its
+chunks, each split on its own, when the text is cut just before every such space. A text with a space
+before whitespace or at its end is cut only at the spaces that qualify (``re.split``), never at the others.
 
 Same output by construction, checked where it could differ:
 
@@ -39,6 +47,12 @@ ASCII_PATTERN = rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_WS}A-Za-
 #: cached pre-tokens per process (~150 bytes each); past it the older half is dropped. A corpus of a few hundred
 #: MB has ~1M distinct pre-tokens: a smaller cache would be refilled, at ~6 us a pre-token, again and again
 MAX_CACHE = 1 << 20
+#: cached chunks per process (~130 bytes each): a few hundred MB of text per worker has ~1.5M distinct ones
+MAX_CHUNKS = 1 << 21
+#: a space that does not start a chunk (followed by whitespace or at the end); its absence allows ``str.split``
+_BAD_SPACE = re.compile(r" (?!\S)").search
+#: cut before every space that starts a chunk (the space itself goes to the chunk it starts)
+_CHUNK_SPLIT = re.compile(r" (?=\S)").split
 
 
 def byte_chars() -> list[str]:
@@ -65,15 +79,37 @@ class _PieceIds(dict):
 
     def __init__(self, model: Any, table: list[str]):
         super().__init__()
-        self.model, self.table = model, table
+        self.model = model
+        self.bytes_to_chars = str.maketrans({chr(b): c for b, c in enumerate(table)})  # on latin-1 text
 
     def __missing__(self, piece: str) -> bytes:
         if len(self) >= MAX_CACHE:  # keep the newer half (a dict keeps insertion order)
             for old in list(islice(self, len(self) // 2)):
                 del self[old]
-        mapped = "".join([self.table[b] for b in piece.encode("utf-8")])
+        mapped = piece.encode("utf-8").decode("latin-1").translate(self.bytes_to_chars)
         ids = array("i", [t.id for t in self.model.tokenize(mapped)]).tobytes()
         self[piece] = ids
+        return ids
+
+
+class _ChunkIds(dict):
+    """chunk (the text after its leading space) -> its ids as int32 bytes; a miss splits ``" " + chunk``
+    into pre-tokens (one, when the chunk is all letters: `` ?\\p{L}+``) and looks each up."""
+
+    def __init__(self, ids_of_piece: _PieceIds, split: Any, split_ascii: Any | None):
+        super().__init__()
+        self.piece, self.split, self.split_ascii = ids_of_piece, split, split_ascii
+
+    def ids(self, text: str) -> bytes:
+        """The ids of ``text`` split on its own."""
+        split = self.split_ascii if self.split_ascii is not None and text.isascii() else self.split
+        return b"".join(map(self.piece.__getitem__, split(text)))
+
+    def __missing__(self, chunk: str) -> bytes:
+        if len(self) >= MAX_CHUNKS:  # keep the newer half (a dict keeps insertion order)
+            for old in list(islice(self, len(self) // 2)):
+                del self[old]
+        ids = self[chunk] = self.piece[" " + chunk] if chunk.isalpha() else self.ids(" " + chunk)
         return ids
 
 
@@ -88,6 +124,7 @@ class FastByteLevelBPE:
         self._char_ok: dict[str, bool] = {}
         self._split_ascii = re.compile(ASCII_PATTERN).findall
         self._ascii_ok = all(self._same_split(_probe(chr(c)), self._split_ascii) for c in range(128))
+        self._chunks = _ChunkIds(self._ids, self._split, self._split_ascii if self._ascii_ok else None)
         self.fallback_docs = 0
 
     @staticmethod
@@ -125,17 +162,25 @@ class FastByteLevelBPE:
             ok = self._char_ok[c] = self._same_split(_probe(c), self._split)
         return ok
 
-    def _ids_of(self, pieces: list[str]) -> np.ndarray:
-        return np.frombuffer(b"".join(map(self._ids.__getitem__, pieces)), dtype=np.int32)
+    def _chunks_of(self, text: str) -> list[str] | None:
+        """The text cut into chunks (module docstring), or None when a character of it may split otherwise
+        than in HF."""
+        if not (text.isascii() and self._ascii_ok):
+            ok = self._char_ok
+            if not all(ok[c] if c in ok else self._check(c) for c in set(text)):
+                return None
+        return text.split(" ") if _BAD_SPACE(text) is None else _CHUNK_SPLIT(text)
+
+    def _ids_of(self, chunks: list[str]) -> np.ndarray:
+        """The ids of a text's chunks: the first as it is, the others after a space."""
+        first = self._chunks.ids(chunks[0]) if chunks[0] else b""
+        return np.frombuffer(first + b"".join(map(self._chunks.__getitem__, islice(chunks, 1, None))),
+                             dtype=np.int32)
 
     def encode(self, text: str) -> np.ndarray | None:
         """int32 ids of ``text``, or None when a character of it may split otherwise than in HF."""
-        if text.isascii() and self._ascii_ok:
-            return self._ids_of(self._split_ascii(text))
-        ok = self._char_ok
-        if all(ok[c] if c in ok else self._check(c) for c in set(text)):
-            return self._ids_of(self._split(text))
-        return None
+        chunks = self._chunks_of(text)
+        return None if chunks is None else self._ids_of(chunks)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """int32 ids of each text; texts this class cannot vouch for go through HF in one batch."""

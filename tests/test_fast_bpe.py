@@ -106,7 +106,26 @@ def test_a_full_cache_keeps_its_newer_half(tok, texts, monkeypatch):
     import pipeline.fast_bpe as fb
 
     monkeypatch.setattr(fb, "MAX_CACHE", 50)
+    monkeypatch.setattr(fb, "MAX_CHUNKS", 40)
     tok.encode_special_tokens = True
     fast = FastByteLevelBPE(tok)
     assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
-    assert len(fast._ids) <= 50
+    assert len(fast._ids) <= 50 and len(fast._chunks) <= 40
+
+
+def test_chunk_boundaries_around_every_kind_of_space(tok):
+    """Texts cut into chunks at spaces: random mixes of spaces, other whitespace (some that Python and
+    Oniguruma disagree on), letters, digits, punctuation and contractions, both ways of cutting
+    (``str.split`` and the regex for texts with a space before whitespace or at the end)."""
+    import pipeline.fast_bpe as fb
+
+    tok.encode_special_tokens = True
+    fast = FastByteLevelBPE(tok)
+    rng = random.Random(11)
+    atoms = [" ", " ", " ", "  ", "\n", "\t", "\r\n", "\u00a0", "\u3000", "\x1c", "\x85", "a", "word", "Zz", "7",
+             "42", ".", ",", "--", "'", "'s", "'ll", "é", "日本", "👍", "\u200b"]
+    texts = ["".join(rng.choice(atoms) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    assert any(fb._BAD_SPACE(t) is None and " " in t for t in texts)  # cut by str.split
+    assert any(fb._BAD_SPACE(t) is not None for t in texts)  # cut by the regex
+    assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
+    assert len(fast._chunks) > 100

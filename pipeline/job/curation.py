@@ -154,22 +154,32 @@ def _graph(spec: JobSpec, files: list, stage_dir: str, par: int, recorder: Calla
     import ray
     from ray.data import ActorPoolStrategy
 
-    from pipeline.job.udfs import BatchStageRunner, ReadFiles, StageChain
+    from pipeline.job.udfs import READ_BATCH, BatchStageRunner, ReadFiles, StageChain
     from pipeline.stages import DatasetStage, StageContext, stage_class
 
     ds = ray.data.from_items(
         [{"file_index": i, "path": p, "input": inp.model_dump_json()} for i, inp, p in files],
         override_num_blocks=max(1, len(files)),
     )
-    ds = ds.map_batches(
-        ReadFiles, fn_constructor_args=(recorder(READ_KEY),), batch_size=1, batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=min(par, max(1, len(files)))),
-    )
     chain: list[tuple[Any, ...]] = []  # consecutive batch stages that ask for the same resources: one operator
     chain_resources: dict[str, float] | None = None
+    read = True  # the readers are not in the graph yet
 
     def flush(ds: Any) -> Any:
-        nonlocal chain, chain_resources
+        nonlocal chain, chain_resources, read
+        if read:
+            # the batch stages right after the readers run in the readers' workers when there are files enough
+            # to keep every worker busy and they need nothing but CPU (ReadFiles: one pool, no Arrow round trip)
+            fuse = bool(chain) and len(files) >= 2 * par and set(chain_resources or {}) <= {"num_cpus"} and (
+                chain_resources or {}).get("num_cpus", 1) == 1
+            ds = ds.map_batches(
+                ReadFiles, fn_constructor_args=(recorder(READ_KEY), chain if fuse else None,
+                                                spec.execution.batch_size if fuse else READ_BATCH),
+                batch_size=1, batch_format="pyarrow", compute=ActorPoolStrategy(size=min(par, max(1, len(files)))),
+            )
+            read = False
+            if fuse:
+                chain, chain_resources = [], None
         if chain:
             ds = ds.map_batches(
                 StageChain, fn_constructor_args=(chain,), batch_size=spec.execution.batch_size,

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import ray
 from pydantic import BaseModel
@@ -28,10 +29,18 @@ READ_BATCH = 512
 
 class ReadFiles:
     """Ray Data UDF: one row per input file in, batches of documents out (a generator, so a large
-    file streams instead of being held whole)."""
+    file streams instead of being held whole).
 
-    def __init__(self, recorder: StageRecorder):
+    With ``links``, the batch stages that follow the readers run here too, on each batch of
+    ``batch_docs`` documents as it is read: the documents go from the reader to the stages as Python
+    objects, without a round trip through Arrow and the object store, and one pool of workers does both.
+    """
+
+    def __init__(self, recorder: StageRecorder, links: list[tuple[Any, ...]] | None = None,
+                 batch_docs: int = READ_BATCH):
         self.recorder = recorder
+        self.chain = StageChain(links) if links else None
+        self.batch_docs = batch_docs
 
     def __call__(self, files: pa.Table) -> Iterator[pa.Table]:
         from pipeline.readers import read_file
@@ -49,7 +58,7 @@ class ReadFiles:
                     rejects.append(reject_row(item.doc, item.reason, item.detail))
                 else:
                     docs.append(item)
-                if len(docs) + len(rejects) >= READ_BATCH:
+                if len(docs) + len(rejects) >= self.batch_docs:
                     yield self._flush(f"file:{row['file_index']}:{n}", docs, rejects, dropped, t0)
                     docs, rejects, dropped, t0 = [], [], Counter(), time.perf_counter()
                     n += 1
@@ -58,13 +67,17 @@ class ReadFiles:
 
     def _flush(self, key: str, docs: list[dict[str, Any]], rejects: list[dict[str, Any]], dropped: Counter[str],
                t0: float) -> pa.Table:
-        table = docs_to_table(docs)
+        size = sum(len(d["text"].encode("utf-8")) for d in docs)
         self.recorder.rejects(rejects, key=key)
         self.recorder.counts(
             key=key, docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
-            bytes_out=text_bytes(table), seconds=time.perf_counter() - t0,
+            bytes_out=size, seconds=time.perf_counter() - t0,
         )
-        return table
+        if self.chain is not None and docs:
+            for d in docs:  # what the stages get from a table (table_to_docs): meta as a dict
+                d["meta"] = orjson.loads(d["meta"]) if d["meta"] else {}
+            docs = self.chain.run(docs, size, batch_key([d["ord"] for d in docs]))
+        return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
 
 class BatchStageRunner:
@@ -127,14 +140,17 @@ class StageChain:
         self.runners = [BatchStageRunner(*args) for args in links]
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        docs = table_to_docs(table)
-        size = text_bytes(table)
-        key = batch_key(table.column("ord"))  # every stage names the batch by what entered the chain
+        # every stage names the batch by what entered the chain
+        docs = self.run(table_to_docs(table), text_bytes(table), batch_key(table.column("ord")))
+        return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
+
+    def run(self, docs: list[dict[str, Any]], size: int, key: str) -> list[dict[str, Any]]:
+        """The documents each stage keeps in turn (``size``: their UTF-8 bytes; ``key``: the batch's name)."""
         for runner in self.runners:
             if not docs:
                 break
             docs, size = runner.run_docs(docs, size, key)
-        return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
+        return docs
 
 
 class TokenizeBatch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import regex
 
 from pipeline.documents import Doc, Drop
@@ -55,23 +56,38 @@ def encodable(text: str) -> bool:
     return True
 
 
+#: meta's JSON: sorted keys, compact, UTF-8; dates and other values JSON has no type for as ``str(value)``
+_META_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def dump_meta(value: Any) -> str:
+    """One value (or the whole meta) as meta's JSON (raises TypeError for what JSON cannot hold)."""
+    return orjson.dumps(value, default=str, option=_META_OPTS).decode()
+
+
 def meta_json(record: dict[str, Any], exclude: tuple[str, ...] | set[str]) -> str:
-    """JSON of the record's other fields, sorted keys, ASCII-only, without fields over 4 KB."""
+    """JSON of the record's other fields (:func:`dump_meta`), without fields over 4 KB.
+
+    orjson rather than json: this runs once per document and was a tenth of a reader's time.
+    """
     rest = {k: v for k, v in record.items() if k not in exclude}
     try:
-        whole = json.dumps(rest, default=str, sort_keys=True)
-    except (TypeError, ValueError):  # non-str keys from Parquet maps, circular structures
+        whole = dump_meta(rest)
+    except (TypeError, ValueError):  # non-str keys from Parquet maps, ints over 64 bits, circular structures
         whole = None
     if whole is not None and len(whole) <= MAX_META_FIELD_BYTES:
         return whole  # the common case: small enough that no single field can be too big
     parts = []
     for key in sorted(rest, key=str):
         try:
-            value = json.dumps(rest[key], default=str, sort_keys=True)
+            value = dump_meta(rest[key])
         except (TypeError, ValueError):
-            continue
+            try:  # e.g. an int over 64 bits: json writes it
+                value = json.dumps(rest[key], default=str, sort_keys=True, ensure_ascii=False)
+            except (TypeError, ValueError):
+                continue
         if len(value) <= MAX_META_FIELD_BYTES:
-            parts.append(f"{json.dumps(str(key))}:{value}")
+            parts.append(f"{dump_meta(str(key))}:{value}")
     return "{" + ",".join(parts) + "}"
 
 

@@ -11,6 +11,8 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
+
 from pipeline.documents import Doc, Drop
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
 from pipeline.readers.docs import drop, encodable, error_text, is_blank, make_doc, make_ord, meta_json, record_id
@@ -39,6 +41,12 @@ def iter_records(file_index: int, path: str, name: str) -> Iterator[tuple[int, b
 def parse_line(
     file_index: int, name: str, record_index: int, line: bytes
 ) -> tuple[int, bytes, dict[str, Any]] | Drop:
+    try:  # the fast path; anything orjson refuses (BOM, NaN, huge ints, lone surrogates...) is json's to judge
+        record = orjson.loads(line)
+        if isinstance(record, dict):
+            return record_index, line, record
+    except orjson.JSONDecodeError:
+        pass
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
