@@ -42,16 +42,23 @@ DOC_FIELDS = DOC_SCHEMA.names
 
 
 def docs_to_table(docs: list[dict[str, Any]]) -> pa.Table:
-    rows = [{k: d.get(k) for k in DOC_FIELDS} for d in docs]
-    for r in rows:
-        meta = r["meta"]
-        if meta is None:
-            r["meta"] = "{}"
-        elif not isinstance(meta, str):
-            r["meta"] = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS).decode()  # as the readers write it
-        if r["segments"] is None:
-            r["segments"] = ""
-    return pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
+    """Documents as a DOC_SCHEMA table (a ``meta`` dict as sorted JSON, as the readers write it).
+
+    Column by column rather than ``Table.from_pylist`` of row dicts: 2-3x faster, and it runs on every batch.
+    """
+    def meta(m: Any) -> str:
+        if m is None:
+            return "{}"
+        return m if isinstance(m, str) else orjson.dumps(m, option=orjson.OPT_SORT_KEYS).decode()
+
+    return pa.Table.from_arrays([
+        pa.array([d.get("id") for d in docs], pa.string()),
+        pa.array([d.get("text") for d in docs], pa.large_string()),
+        pa.array([d.get("source") for d in docs], pa.string()),
+        pa.array([d.get("ord") for d in docs], pa.int64()),
+        pa.array([meta(d.get("meta")) for d in docs], pa.string()),
+        pa.array([d.get("segments") or "" for d in docs], pa.large_string()),
+    ], schema=DOC_SCHEMA)
 
 
 def table_to_docs(table: pa.Table) -> list[dict[str, Any]]:

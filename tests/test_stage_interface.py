@@ -247,12 +247,14 @@ def _job(tmp_path: Path, name: str, stages: list[dict[str, Any]]) -> tuple[Path,
     from pipeline.job.engine import run_job
 
     lengths = _lengths()
-    src = tmp_path / "in" / "docs.jsonl"
-    if not src.exists():
-        write_jsonl(src, [{"id": f"d{i}", "text": "x" * n, "tag": i} for i, n in enumerate(lengths)])
+    src = tmp_path / "in"
+    if not src.exists():  # four files: the batch stages run in the readers' pool of two workers
+        docs = [{"id": f"d{i}", "text": "x" * n, "tag": i} for i, n in enumerate(lengths)]
+        for k in range(4):
+            write_jsonl(src / f"docs-{k}.jsonl", docs[k * 30:(k + 1) * 30])
     out = tmp_path / name
     run_job(parse_spec({
-        "name": name, "inputs": [{"path": str(src)}], "stages": stages, "tokenizer": None,
+        "name": name, "inputs": [{"path": str(src / "*.jsonl")}], "stages": stages, "tokenizer": None,
         "output": {"path": str(out), "documents": "jsonl"}, "execution": {"batch_size": 16, "parallelism": 2},
     }))
     stats = json.loads((out / "stats.json").read_text())
@@ -261,7 +263,11 @@ def _job(tmp_path: Path, name: str, stages: list[dict[str, Any]]) -> tuple[Path,
 
 
 def test_filter_mode_job_writes_counters_scores_and_scored_rejects(ray_local, tmp_path, monkeypatch):
+    from ray.data import DataContext
+
     monkeypatch.setitem(REGISTRY, "prepare_probe", "tests.stage_probes:PrepareProbe")
+    # both workers of the pool start before any work (else a fast first worker may finish the job alone)
+    monkeypatch.setattr(DataContext.get_current(), "wait_for_min_actors_s", 120)
     logs = tmp_path / "logs"
     logs.mkdir()
     lengths = _lengths()

@@ -149,3 +149,19 @@ def test_curation_starts_over_when_ray_lost_work_and_gives_up_after_three(tmp_pa
     with pytest.raises(ValueError):
         curation.curate(None, str(curated), str(stage), 1, events.append, lambda: None)
     assert attempts == [0]  # not run again
+
+
+def test_reject_lines_hold_what_json_can_and_orjson_cannot():
+    """Rejected rows go out through orjson; a value it refuses (an int over 64 bits) falls back to json."""
+    import json
+
+    import numpy as np
+
+    from pipeline.job.stats import _reject_line
+
+    rows = [{"id": "a", "detail": {"n": np.int64(3), "arr": np.arange(2), 1: "int key"}, "text": "café"},
+            {"id": "b", "detail": {"big": 2**70}, "text": "x"}]
+    lines = [json.loads(_reject_line(r)) for r in rows]
+    assert lines[0] == {"id": "a", "detail": {"n": 3, "arr": [0, 1], "1": "int key"}, "text": "café"}
+    assert lines[1]["detail"]["big"] == 2**70
+    assert all(_reject_line(r).endswith(b"\n") and _reject_line(r).count(b"\n") == 1 for r in rows)

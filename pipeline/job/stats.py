@@ -24,6 +24,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import ray
 
 from pipeline import storage
@@ -176,12 +177,9 @@ class StageRecorder:
             key = task_key(self.stage, "rejects")
         stage = re.sub(r"^[0-9]+-", "", self.stage)
         name = hashlib.blake2b(key.encode(), digest_size=16).hexdigest() if key else uuid.uuid4().hex
-        lines = []
-        for row in rows:
-            row = reject_row(row, row.get("reason"), row.get("detail"), stage)
-            lines.append(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
+        # orjson: dropped duplicates carry their whole text, and json.dumps took seconds on a batch of them
+        data = b"".join(_reject_line(reject_row(row, row.get("reason"), row.get("detail"), stage)) for row in rows)
         path = storage.join(self.rejected_dir, self.stage, f"{reject_file_tag(self.attempt)}{name}.jsonl")
-        data = "".join(lines).encode("utf-8")
         if storage.is_remote(path):
             storage.write_bytes(path, data)  # one whole-object PUT
             return
@@ -192,6 +190,13 @@ class StageRecorder:
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+
+
+def _reject_line(row: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(row, default=_jsonable, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+    except (TypeError, orjson.JSONEncodeError):  # e.g. an int over 64 bits in a detail: json writes it
+        return (json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n").encode("utf-8")
 
 
 def _jsonable(value: Any) -> Any:
