@@ -63,7 +63,11 @@ def docs_to_table(docs: list[dict[str, Any]]) -> pa.Table:
 
 def table_to_docs(table: pa.Table) -> list[dict[str, Any]]:
     """Rows as dicts, ``meta`` parsed into a dict so stages can read and add annotations."""
-    docs = table.select(DOC_FIELDS).to_pylist()
+    return parse_meta(table.select(DOC_FIELDS).to_pylist())
+
+
+def parse_meta(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each document's ``meta`` JSON string as a dict, in place: what stages read and annotate."""
     for d in docs:
         d["meta"] = orjson.loads(d["meta"]) if d["meta"] else {}
     return docs

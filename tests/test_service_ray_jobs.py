@@ -20,7 +20,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.corpus_fixtures import make_text, write_jsonl
-from tests.processes import kill_all, processes_naming
+from tests.processes import kill_all, processes_naming, stop_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -274,16 +273,7 @@ def test_a_job_runs_and_cancels_through_the_ray_jobs_api(tmp_path: Path, monkeyp
                            and "STOPPED", "the submission STOPPED", 30, head, head_log)
             assert status == "STOPPED"
     finally:
-        try:
-            os.killpg(head.pid, signal.SIGTERM)
-            head.wait(timeout=5)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(head.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        head.wait(timeout=20)
+        stop_group(head)
         kill_all(processes_naming(temp))  # workers and drivers re-parented out of the head's group
         kill_all(processes_naming(str(tmp_path / "state")))
         shutil.rmtree(temp, ignore_errors=True)

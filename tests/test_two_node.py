@@ -35,6 +35,7 @@ import yaml
 
 from pipeline.job.curation import READ_KEY
 from tests.corpus_fixtures import make_text, write_jsonl
+from tests.processes import stop_group
 from tests.test_job_engine import _events, _tree
 
 pytestmark = pytest.mark.ray
@@ -151,21 +152,6 @@ def _sigkill_node(root: int) -> list[int]:
         except ProcessLookupError:
             pass
     return pids
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Terminate the node's process group (led by the pid we started), then kill what is left."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=20)
 
 
 def _stage_counts(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -288,7 +274,7 @@ def test_a_node_killed_mid_job_changes_nothing_in_the_output(ray_local: Any, tmp
         if job is not None and job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
         for proc in reversed(nodes):
-            _stop(proc)
+            stop_group(proc)
         for f in logs:
             f.close()
         shutil.rmtree(temp, ignore_errors=True)

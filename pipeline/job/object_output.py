@@ -37,6 +37,7 @@ from pipeline.job.output_dir import (
     _BadRecord,
     _check_rel_list,
     _is_temp,
+    check_journal,
     check_marker,
     is_manifest,
 )
@@ -203,10 +204,7 @@ class ObjectOutputDir(MarkerReader):
             data = self._json(self.journal_path)
             if data is None:
                 return None
-            if not str(data.get("stage", "")).startswith(f"{PRIVATE}/work/"):
-                raise _BadRecord("stage is not inside .tokenmill/work")
-            data["new"] = _check_rel_list(data.get("new"), "new")
-            data["old"] = _check_rel_list(data.get("old"), "old")
+            data = check_journal(data)
         except _BadRecord as exc:
             raise OutputError(f"output.path: {self.journal_path} is damaged ({exc})") from None
         return data

@@ -92,6 +92,18 @@ class _BadRecord(ValueError):
     """A marker or journal that does not parse; the reason goes into an :class:`OutputError`."""
 
 
+def check_journal(data: dict[str, Any]) -> dict[str, Any]:
+    """A commit journal (``stage``, ``new``, ``old``, ``created``) with its lists checked; raises _BadRecord."""
+    stage = data.get("stage")
+    if not isinstance(stage, str) or not stage.startswith(f"{PRIVATE}/work/") or ".." in stage.split("/"):
+        raise _BadRecord("stage is not inside .tokenmill/work")
+    if not isinstance(data.get("created"), str):
+        raise _BadRecord("created is not a time")
+    data["new"] = _check_rel_list(data.get("new"), "new")
+    data["old"] = _check_rel_list(data.get("old"), "old")
+    return data
+
+
 def os_error_category(exc: OSError) -> str:
     """``validation`` for a path the user can fix (not a folder, no permission, read-only), else ``infra``
     (disk full, I/O error: the machine)."""
@@ -517,13 +529,7 @@ class OutputDir(MarkerReader):
             data = _load_json_object(self.journal_path)
             if data is None:
                 return None
-            stage = data.get("stage")
-            if not isinstance(stage, str) or not stage.startswith(f"{PRIVATE}/work/") or ".." in stage.split("/"):
-                raise _BadRecord("stage is not inside .tokenmill/work")
-            if not isinstance(data.get("created"), str):
-                raise _BadRecord("created is not a time")
-            data["new"] = _check_rel_list(data.get("new"), "new")
-            data["old"] = _check_rel_list(data.get("old"), "old")
+            data = check_journal(data)
         except _BadRecord as exc:
             raise OutputError(f"output.path: {self.journal_path} is damaged ({exc})") from None
         return data

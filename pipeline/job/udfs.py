@@ -14,12 +14,19 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import ray
 from pydantic import BaseModel
 
-from pipeline.documents import DOC_SCHEMA, Drop, docs_to_table, reject_row, table_to_docs, text_bytes
+from pipeline.documents import (
+    DOC_SCHEMA,
+    Drop,
+    docs_to_table,
+    parse_meta,
+    reject_row,
+    table_to_docs,
+    text_bytes,
+)
 from pipeline.job.stats import StageRecorder, batch_key
 from pipeline.spec import InputSpec
 from pipeline.stages.base import Stage, StageContext, run_batch
@@ -74,9 +81,7 @@ class ReadFiles:
             bytes_out=size, seconds=time.perf_counter() - t0,
         )
         if self.chain is not None and docs:
-            for d in docs:  # what the stages get from a table (table_to_docs): meta as a dict
-                d["meta"] = orjson.loads(d["meta"]) if d["meta"] else {}
-            docs = self.chain.run(docs, size, batch_key([d["ord"] for d in docs]))
+            docs = self.chain.run(parse_meta(docs), size, batch_key([d["ord"] for d in docs]))
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
 
