@@ -121,7 +121,8 @@ class FastByteLevelBPE:
         self._split = regex.compile(GPT2_PATTERN).findall
         self._table = byte_chars()
         self._ids = _PieceIds(tok.model, self._table)
-        self._char_ok: dict[str, bool] = {}
+        self._good: set[str] = set()  # characters checked: they split as in HF
+        self._bad: set[str] = set()  # characters checked: they may not
         self._split_ascii = re.compile(ASCII_PATTERN).findall
         self._ascii_ok = all(self._same_split(_probe(chr(c)), self._split_ascii) for c in range(128))
         self._chunks = _ChunkIds(self._ids, self._split, self._split_ascii if self._ascii_ok else None)
@@ -155,20 +156,23 @@ class FastByteLevelBPE:
         except Exception:  # noqa: BLE001 - e.g. a lone surrogate: HF decides (and reports) what happens
             return False
 
-    def _check(self, c: str) -> bool:
-        """Whether ``c`` splits as in HF in every context (memoized per character)."""
-        ok = self._char_ok.get(c)
-        if ok is None:
-            ok = self._char_ok[c] = self._same_split(_probe(c), self._split)
-        return ok
+    def _chars_ok(self, chars: set[str]) -> bool:
+        """Whether every character of ``chars`` splits as in HF in every context (each checked once per
+        process; a set difference in C decides for the characters already seen)."""
+        new = chars - self._good
+        if not new:
+            return True
+        if not new.isdisjoint(self._bad):
+            return False
+        for c in new:
+            (self._good if self._same_split(_probe(c), self._split) else self._bad).add(c)
+        return new.isdisjoint(self._bad)
 
     def _chunks_of(self, text: str) -> list[str] | None:
         """The text cut into chunks (module docstring), or None when a character of it may split otherwise
         than in HF."""
-        if not (text.isascii() and self._ascii_ok):
-            ok = self._char_ok
-            if not all(ok[c] if c in ok else self._check(c) for c in set(text)):
-                return None
+        if not (text.isascii() and self._ascii_ok) and not self._chars_ok(set(text)):
+            return None
         return text.split(" ") if _BAD_SPACE(text) is None else _CHUNK_SPLIT(text)
 
     def _ids_of(self, chunks: list[str]) -> np.ndarray:

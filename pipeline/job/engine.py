@@ -247,6 +247,7 @@ class Job:
             pack_range,
             range_bounds,
             range_file,
+            schedule_order,
             shard_slices,
             write_shard_task,
         )
@@ -268,7 +269,7 @@ class Job:
         write = ray.remote(num_cpus=1, max_retries=3)(write_shard_task)
         common = (ray.put(tok_json), info, cfg)
         parts_ref = ray.put(parts)
-        todo_ranges = [r for r in range(len(bounds)) if r not in ranges]
+        todo_ranges = schedule_order([r for r in range(len(bounds)) if r not in ranges], bounds, parts_rec)
         pending: dict[Any, tuple[str, int]] = {}
         launched_shards: set[int] = set(shards)
         prefix_ranges, prefix_samples = 0, 0  # ranges [0, prefix_ranges) have known sample counts
