@@ -118,6 +118,16 @@ class JobSpec(Strict):
                 for err in exc.errors():
                     loc = ".".join(str(p) for p in err["loc"])
                     errors.append(f"stages.{i}.params{'.' + loc if loc else ''}: {_message(err)}")
+        annotating: dict[str, int] = {}  # meta.filters key -> the first annotate-mode stage that writes it
+        for i, stage in enumerate(self.stages if not errors else []):  # params line up with stages
+            if getattr(params[i], "mode", None) != "annotate":
+                continue
+            key = stage_class(stage.type).name
+            if key in annotating:  # the later verdict would silently replace the earlier one in every document
+                errors.append(f"stages.{i}.params.mode: annotate would overwrite the verdicts stages."
+                              f"{annotating[key]} stores in meta.filters.{key}; annotate with one {stage.type!r} "
+                              "per job (the other in filter mode, or in a job of its own)")
+            annotating.setdefault(key, i)
         if self.tokenizer is None and self.output.documents is None:
             errors.append("tokenizer: null (a documents-only job) needs output.documents: parquet or jsonl")
         if errors:

@@ -176,3 +176,18 @@ def test_a_stage_validator_error_names_the_params_field_cleanly(tmp_path):
         parse_spec(_spec(tmp_path, stages=[{"type": "normalize"},
                                            {"type": "near_dedup", "params": {"bands": 64, "rows": 4}}]))
     assert str(err.value) == "stages.1.params: bands x rows = 256 exceeds num_perm = 128"
+
+
+def test_two_annotate_mode_instances_of_one_filter_are_refused(tmp_path):
+    """Both would write meta.filters.length: the second verdict would silently replace the first."""
+    def stages(*modes):
+        return [{"type": "normalize"}] + [{"type": "length", "params": {"mode": m, "min_chars": 10 * (k + 1)}}
+                                          for k, m in enumerate(modes)]
+
+    with pytest.raises(SpecError) as err:
+        checked(_spec(tmp_path, stages=stages("annotate", "annotate")))
+    msg = str(err.value)
+    assert msg.startswith("stages.2.params.mode:") and "stages.1" in msg and "meta.filters.length" in msg, msg
+    # one annotates, the other filters; or two different filters annotate: nothing is overwritten
+    checked(_spec(tmp_path, stages=stages("annotate", "filter")))
+    checked(_spec(tmp_path, stages=[*stages("annotate"), {"type": "c4", "params": {"mode": "annotate"}}]))
