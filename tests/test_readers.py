@@ -352,6 +352,32 @@ def test_warc(tmp_path: Path) -> None:
     assert [d["ord"] for d in docs] == [1, 5] and drops[0].doc["ord"] == 4
 
 
+def write_arc(path: Path, pages: dict[str, str]) -> None:
+    """An ARC v1 file: the file description record, then one HTML response per page."""
+    def record(url: str, body: bytes, ctype: str = "text/html") -> bytes:
+        return f"{url} 93.184.216.34 20240101000000 {ctype} {len(body)}\n".encode() + body + b"\n"
+
+    desc = b"1 0 InternetArchive\nURL IP-address Archive-date Content-type Archive-length\n"
+    data = record("filedesc://pages.arc", desc, "text/plain")
+    for url, text in pages.items():
+        html = f"<html><body><article><p>{text}</p></article></body></html>".encode()
+        data += record(url, b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n" + html)
+    path.write_bytes(data)
+
+
+def test_arc_records_get_the_same_ids_on_every_read(tmp_path: Path) -> None:
+    """warcio gives an ARC record a random WARC-Record-ID on each read; ids must not change between runs
+    (they end in shards, the dedup index and rejected/), so ARC documents get ``name:record_index``."""
+    path = tmp_path / "pages.arc"
+    write_arc(path, {f"http://example.org/{k}": f"Page {k} about the history of web archives and crawls. " * 8
+                     for k in ("a", "b")})
+    first, drops = read_all(path)
+    again, _ = read_all(path)
+    assert drops == [] and [d["id"] for d in first] == [d["id"] for d in again] == ["pages.arc:1", "pages.arc:2"]
+    assert "Page a about the history" in first[0]["text"]
+    assert json.loads(first[1]["meta"])["url"] == "http://example.org/b"
+
+
 def test_truncated_warc(tmp_path: Path) -> None:
     full = tmp_path / "full.warc.gz"
     write_warc(full)

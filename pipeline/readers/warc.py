@@ -113,10 +113,11 @@ def _record(
 ) -> tuple[Doc | Drop | None, bytes]:
     """The record's document or drop (None: not a document), and the first line of the next record."""
     problem = _header_problem(record) if is_warc else None
-    doc_id = record.rec_headers.get_header("WARC-Record-ID") or None
+    # an ARC record has no id of its own: warcio makes up a random WARC-Record-ID for it on every read
+    doc_id = (record.rec_headers.get_header("WARC-Record-ID") if is_warc else None) or default_id(name, index)
     raw = b""
     if problem is None:
-        item = _record_doc(file_index, name, index, record)
+        item = _record_doc(file_index, name, index, record, doc_id)
     elif isinstance(record.raw_stream, LimitReader):
         item, raw = None, record.raw_stream.read(MAX_RAW_BYTES)
     else:  # no usable length: the record would run to the end of the file
@@ -181,7 +182,7 @@ def _cut_short(record: Any) -> bool:
     return stream.limit > 0
 
 
-def _record_doc(file_index: int, name: str, record_index: int, record: Any) -> Doc | Drop | None:
+def _record_doc(file_index: int, name: str, record_index: int, record: Any, doc_id: str) -> Doc | Drop | None:
     if record.rec_type == "response":
         ctype = _content_type(record)
         if not ctype.startswith(HTML_TYPES):
@@ -191,7 +192,6 @@ def _record_doc(file_index: int, name: str, record_index: int, record: Any) -> D
     else:
         return None
     headers = record.rec_headers
-    doc_id = headers.get_header("WARC-Record-ID") or default_id(name, record_index)
     url = headers.get_header("WARC-Target-URI")
     payload = record.content_stream().read()
     text, reason, error = _record_text(record.rec_type, payload, url)
