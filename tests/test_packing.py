@@ -115,3 +115,6 @@ def test_schedule_order_keeps_index_order_on_an_even_corpus():
     bounds = range_bounds(500, 100)  # ranges straddle parts; sizes differ by a few percent
     assert schedule_order(list(range(5)), bounds, parts) == [0, 1, 2, 3, 4]
     assert schedule_order([], bounds, parts) == []
+    # sizes on both sides of a power of two (15 and 17 KB a range), up to 3x apart: still index order
+    parts = _parts((100, 15_000), (100, 17_000), (100, 45_000), (100, 16_000))
+    assert schedule_order(list(range(4)), range_bounds(400, 100), parts) == [0, 1, 2, 3]
