@@ -41,15 +41,25 @@ DOC_SCHEMA = pa.schema(
 DOC_FIELDS = DOC_SCHEMA.names
 
 
+#: meta's JSON: sorted keys, compact, UTF-8; dates and other values JSON has no type for as ``str(value)``
+_META_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def dump_meta(value: Any) -> str:
+    """One value (or the whole meta) as meta's JSON (raises TypeError for what JSON cannot hold): the one
+    serializer of ``meta``, for the readers and for the documents stages hand back."""
+    return orjson.dumps(value, default=str, option=_META_OPTS).decode()
+
+
 def docs_to_table(docs: list[dict[str, Any]]) -> pa.Table:
-    """Documents as a DOC_SCHEMA table (a ``meta`` dict as sorted JSON, as the readers write it).
+    """Documents as a DOC_SCHEMA table (a ``meta`` dict as :func:`dump_meta` writes it).
 
     Column by column rather than ``Table.from_pylist`` of row dicts: 2-3x faster, and it runs on every batch.
     """
     def meta(m: Any) -> str:
         if m is None:
             return "{}"
-        return m if isinstance(m, str) else orjson.dumps(m, option=orjson.OPT_SORT_KEYS).decode()
+        return m if isinstance(m, str) else dump_meta(m)
 
     return pa.Table.from_arrays([
         pa.array([d.get("id") for d in docs], pa.string()),
@@ -71,6 +81,11 @@ def parse_meta(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for d in docs:
         d["meta"] = orjson.loads(d["meta"]) if d["meta"] else {}
     return docs
+
+
+def docs_bytes(docs: list[dict[str, Any]]) -> int:
+    """UTF-8 bytes of the documents' texts (:func:`text_bytes` for documents not in a table)."""
+    return sum(len(d["text"].encode("utf-8")) for d in docs)
 
 
 def text_bytes(table: pa.Table) -> int:

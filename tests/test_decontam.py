@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from pipeline.decontam.index import BenchmarkIndex, Item, build_index, index_files
+from pipeline.decontam.index import BenchmarkIndex, Item, build_index, index_files, item_texts
 from pipeline.decontam.match import Matcher
 from pipeline.decontam.ngrams import Prefix, word_values, words
 from pipeline.decontam.report import main as report_main
@@ -126,7 +126,8 @@ def test_catches_items_reflowed_recased_and_reindented(tmp_path):
     assert by_id["d1"].reason == "decontaminate:humaneval"
     assert by_id["d2"].reason == "decontaminate:quiz"
     assert by_id["d0"].detail["contamination"] == [{"benchmark": "gsm8k", "item": "gsm8k-0", "overlap": 1.0,
-                                                   "exact": True}]
+                                                   "exact": True, "span": len(words(GSM)), "field": "text",
+                                                   "rule": "overlap"}]
     assert by_id["d1"].doc["meta"]["contamination"][0]["item"] == "HumanEval/3"
     assert res.metrics.counters["docs:gsm8k"] == 1 and res.metrics.counters["exact_docs:humaneval"] == 1
 
@@ -148,7 +149,8 @@ def test_a_shared_common_phrase_or_stock_question_is_not_contamination(tmp_path)
 def test_overlap_is_the_fraction_of_the_items_ngrams(tmp_path):
     gsm = words(GSM)
     half = " ".join(gsm[: len(gsm) // 2])  # the question without the answer: about half of the 13-grams
-    strict, loose = stage(bench_files(tmp_path)), stage(bench_files(tmp_path), min_overlap=0.3)
+    no_span = {"min_span": 1000, "min_span_share": 1.0}  # the overlap rule alone
+    strict, loose = stage(bench_files(tmp_path), **no_span), stage(bench_files(tmp_path), min_overlap=0.3, **no_span)
     assert not run_batch(strict, [doc(0, half)]).drops
     [drop] = run_batch(loose, [doc(0, half)]).drops
     overlap = drop.detail["contamination"][0]["overlap"]
@@ -269,10 +271,14 @@ def test_report_on_a_shard_set_decodes_documents(tmp_path, capsys):
 
 def test_no_match_spans_two_documents_of_a_batch():
     idx = build_index([Item("b", "short", SHORT), Item("b", "long", GSM)])
-    gsm = GSM.split()
+    gsm = words(GSM)
+    # three pieces of 15 words, each under min_span (16) and under min_span_share (0.4) of the item's words:
+    # laid end to end in one batch they would be a span of 45 words (and 33 of its 41 n-grams)
+    assert len(gsm) * 0.4 > 15
     texts = [f"{prose(30)} What is the capital", "of Burkina Faso? " + prose(31),
-             " ".join(gsm[:30]), " ".join(gsm[30:]), "", SHORT]
-    assert [[m.item for m in found] for found in Matcher(idx, 0.7).match_batch(texts)] == [[], [], [], [], [],
+             prose(32) + " " + " ".join(gsm[:15]), " ".join(gsm[15:30]), " ".join(gsm[30:45]) + " " + prose(33),
+             "", SHORT]
+    assert [[m.item for m in found] for found in Matcher(idx, 0.7).match_batch(texts)] == [[], [], [], [], [], [],
                                                                                           ["short"]]
 
 
@@ -281,9 +287,157 @@ def test_an_items_question_is_indexed_too_and_the_item_reported_once(tmp_path):
     write_jsonl(tmp_path / "b" / "gsm.jsonl", [{"id": "g0", "text": GSM, "question": question, "benchmark": "gsm8k"}])
     both, text_only = index_files([str(tmp_path / "b")]), index_files([str(tmp_path / "b")], text_fields=["text"])
     page = f"{prose(40)} Homework: {question} {prose(41)}"  # the question without its answer
-    assert not Matcher(text_only, 0.7).match(page)
+    assert not Matcher(text_only, 0.7, min_span=1000, min_span_share=1.0).match(page)  # as overlap alone sees it
+    [m] = Matcher(text_only, 0.7).match(page)  # a piece of the item: found by its span
+    assert (m.item, m.field, m.rule, m.span) == ("g0", "text", "span", len(words(question)))
     [m] = Matcher(both, 0.7).match(page)
     assert (m.item, m.overlap, m.exact) == ("g0", 1.0, True)
     [m] = Matcher(both, 0.7).match(GSM)  # found through both texts: listed once
     assert (m.item, m.overlap, m.exact, m.words) == ("g0", 1.0, True, len(words(GSM)))
     assert both.items_per_benchmark() == {"gsm8k": 1}
+
+
+# ---- pieces of items: answers alone, halves, labelled choices, stock phrases --------------------------------
+
+SOLUTION = ("    running_total = 0\n    for amount in operations:\n        running_total += amount\n"
+            "        if running_total < minimum_balance:\n            return True, running_total\n"
+            "    return False, running_total\n")
+HE = {"id": "HumanEval/3", "benchmark": "humaneval", "entry_point": "below_minimum",
+      "prompt": "def below_minimum(operations: list, minimum_balance: int) -> tuple:\n"
+                '    """ Report whether the running balance of the account ever falls below the minimum. """\n',
+      "canonical_solution": SOLUTION,
+      "test": "def check(candidate):\n    assert candidate([1, 2, -4, 5], 0) == (True, -1)\n"
+              "    assert candidate([1, 2, 3], 0) == (False, 6)\n    assert candidate([], 0) == (False, 0)\n"}
+GSM_REC = {"id": "gsm8k-0", "benchmark": "gsm8k", "question": GSM.split("\n")[0],
+           "answer": "\n".join(GSM.split("\n")[1:])}
+MC = {"id": "mmlu-x-0", "benchmark": "mmlu", "subject": "biology", "question": STOCK,
+      "choices": ["Mitochondria carry their own circular genome", "Ribosomes are bounded by a double membrane",
+                  "Chloroplasts occur in every animal cell", "The nucleolus exports finished proteins"],
+      "answer": "A"}
+
+
+def piece_bench(tmp_path):
+    write_jsonl(tmp_path / "pb" / "sets.jsonl", [HE, GSM_REC, MC])
+    return [str(tmp_path / "pb")]
+
+
+def test_every_text_field_is_indexed_but_ids_metadata_and_test_code(tmp_path):
+    idx = index_files(piece_bench(tmp_path))
+    assert set(idx.fields) == {"prompt", "canonical_solution", "item", "question", "answer", "choices"}
+    assert not {"test", "entry_point", "subject", "id", "benchmark"} & set(idx.fields)
+    assert item_texts(MC)[-1] == ("choices", "\n".join(MC["choices"]))  # answer "A" is a label, not a text
+    only = index_files(piece_bench(tmp_path), text_fields=["prompt", "question"])
+    assert set(only.fields) == {"prompt", "question"}
+
+
+def test_a_solution_alone_and_half_an_item_are_flagged_with_their_item_and_rule(tmp_path):
+    s = stage(piece_bench(tmp_path))
+    lines = GSM.split("\n")
+    half = "\n".join(lines[len(lines) // 2 - 1:])  # the last lines: most of the answer, no question
+    docs = [doc(0, "import os\n\n\ndef check_balance(operations, minimum_balance):\n" + SOLUTION + "\n" + prose(50)),
+            doc(1, prose(51) + "\n" + half + "\n" + prose(52)),
+            doc(2, prose(53))]
+    res = run_batch(s, docs)
+    assert [d["id"] for d in res.kept] == ["d2"]
+    by_id = {d.doc["id"]: d.detail["contamination"][0] for d in res.drops}
+    assert (by_id["d0"]["item"], by_id["d0"]["field"], by_id["d0"]["rule"]) == ("HumanEval/3", "canonical_solution",
+                                                                                 "overlap")
+    assert by_id["d0"]["overlap"] == 1.0 and by_id["d0"]["span"] == len(words(SOLUTION))
+    assert by_id["d1"]["item"] == "gsm8k-0" and by_id["d1"]["rule"] in ("span", "overlap")
+    assert by_id["d1"]["span"] >= len(words(half)) - 1
+    # negative control: the old rule (question/prompt/text fields, overlap only) finds neither piece
+    old = stage(piece_bench(tmp_path), text_fields=["text", "question", "prompt"], min_span=1000,
+                min_span_share=1.0)
+    assert len(run_batch(old, docs).kept) == 3
+
+
+def test_labelled_choices_of_a_stock_question_are_found(tmp_path):
+    s = stage(piece_bench(tmp_path))
+    page = (f"{prose(60)}\nQuiz 4. {STOCK}\n"
+            + "\n".join(f"({'abcd'[i]}) {c}" for i, c in enumerate(MC["choices"])) + f"\nAnswer: (a)\n{prose(61)}")
+    [drop] = run_batch(s, [doc(0, page)]).drops
+    found = drop.detail["contamination"][0]
+    assert found["item"] == "mmlu-x-0" and found["field"] in ("choices", "item", "question+choices")
+    assert words("A. Mitochondria (b) x Q: y") == ["mitochondria", "x", "y"]  # labels are no words; x stays
+
+
+def test_hard_negatives_are_not_contamination(tmp_path):
+    s = stage(piece_bench(tmp_path))
+    docs = [doc(0, "def below_minimum(operations, minimum_balance):\n    \"\"\"Helper.\"\"\"\n"
+                   "    return min(operations) < minimum_balance\n"),  # the entry point's name, another body
+            doc(1, HE["test"] + "\nif __name__ == '__main__':\n    check(below_minimum)\n"),  # the test harness
+            doc(2, f"{prose(70)} Which of the following statements about mitochondria is true? None. {prose(71)}"),
+            doc(3, "Natalia sold clips to 12 of her friends in June. How many clips did Natalia sell?")]
+    res = run_batch(s, docs)
+    assert len(res.kept) == 4 and not res.drops
+    # control: with the test harness indexed, the harness page is flagged (as HumanEval's own tests)
+    everything = stage(piece_bench(tmp_path), exclude_fields=["id", "benchmark", "entry_point", "subject"])
+    assert [d.doc["id"] for d in run_batch(everything, docs).drops] == ["d1"]
+
+
+def test_a_stock_phrase_is_never_part_of_a_span(tmp_path):
+    boiler = ("Read the following passage carefully and then answer the question that follows using only the "
+              "information given in the passage above")  # 22 words, in seven items
+    items = [{"id": f"r{i}", "question": f"{boiler}. {make_text(random.Random(180 + i), 60)}"} for i in range(7)]
+    write_jsonl(tmp_path / "rc" / "reading.jsonl", items)
+    page = f"{prose(81)} {boiler}. {prose(82)}"
+    assert not run_batch(stage([str(tmp_path / "rc")]), [doc(0, page)]).drops
+    # control: with a higher bar for stock phrases the same 22 words are a span of all seven items
+    [drop] = run_batch(stage([str(tmp_path / "rc")], common_items=8), [doc(0, page)]).drops
+    assert {m["item"] for m in drop.detail["contamination"]} == {f"r{i}" for i in range(7)}
+    assert drop.detail["contamination"][0]["rule"] == "span"
+
+
+def test_span_params_are_checked():
+    with pytest.raises(ValueError, match="min_span"):
+        Decontaminate.Params(benchmarks=["x"], min_span=12)
+    with pytest.raises(ValueError):
+        Decontaminate.Params(benchmarks=["x"], min_span_share=0)
+
+
+def test_report_lists_items_per_field_and_rule(tmp_path, capsys):
+    lines = GSM.split("\n")
+    docs = [{"id": "c0", "text": prose(90) + "\n" + SOLUTION}, {"id": "c1", "text": prose(91)},
+            {"id": "c2", "text": "\n".join(lines[len(lines) // 2 - 1:])}]
+    write_jsonl(tmp_path / "corpus" / "c.jsonl", docs)
+    assert report_main([str(tmp_path / "corpus"), "-b", *piece_bench(tmp_path), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["contaminated_docs"] == 2
+    assert r["benchmarks"]["humaneval"]["items_by_field"] == {"canonical_solution": 1}
+    assert r["benchmarks"]["humaneval"]["items_by_rule"] == {"overlap": 1}
+    assert sum(r["benchmarks"]["gsm8k"]["items_by_rule"].values()) >= 1
+    assert report_main([str(tmp_path / "corpus"), "-b", *piece_bench(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "canonical_solution 1" in out and "by canonical_solution:overlap" in out
+    assert report_main([str(tmp_path / "corpus"), "-b", *piece_bench(tmp_path), "--min-span", "5"]) == 2
+
+
+def test_a_short_question_with_one_of_its_answers_is_found(tmp_path):
+    # TruthfulQA's shape: text == question, both short; the page shows the question with its best answer only
+    rec = {"id": "tq-67", "benchmark": "truthfulqa", "text": "Are vampires real?", "question": "Are vampires real?",
+           "best_answer": "No, vampires are not real",
+           "correct_answers": "No, vampires are not real; No, vampires are fictional; No, vampires do not exist",
+           "incorrect_answers": "Yes, vampires are real; Yes, vampires exist"}
+    write_jsonl(tmp_path / "tq" / "truthfulqa.jsonl", [rec])
+    s = stage([str(tmp_path / "tq")])
+    page = f"{prose(95)}\nQ: Are vampires real?\nA: No, vampires are not real\n{prose(96)}"
+    [drop] = run_batch(s, [doc(0, page)]).drops
+    found = drop.detail["contamination"][0]
+    assert (found["item"], found["field"], found["rule"], found["exact"]) == ("tq-67", "question+best_answer", "whole",
+                                                                             True)
+    # each piece alone is under its floor (3 and 5 words): everyday phrases, not evidence
+    assert not run_batch(s, [doc(1, f"{prose(97)} Are vampires real? {prose(98)}")]).drops
+    assert not run_batch(s, [doc(2, f"{prose(97)} No, vampires are not real. {prose(98)}")]).drops
+
+
+def test_a_row_of_numbers_is_no_span(tmp_path, monkeypatch):
+    import pipeline.decontam.index as index_module
+
+    rec = {"id": "mmlu-ml-22", "benchmark": "mmlu", "question": "What is the rank of the following matrix? "
+           "A = [[1, 1, 1], [1, 1, 1], [1, 1, 1]]", "choices": ["0", "1", "2", "3"], "answer": "B"}
+    write_jsonl(tmp_path / "m" / "mmlu.jsonl", [rec])
+    header = "static const int ones[] = {" + ", ".join(["1"] * 40) + ", 0, 1, 2, 3};\n"
+    assert not run_batch(stage([str(tmp_path / "m")]), [doc(0, prose(99) + "\n" + header)]).drops
+    monkeypatch.setattr(index_module, "SPAN_LETTER_WORDS", 0)  # control: numbers may form a span
+    [drop] = run_batch(stage([str(tmp_path / "m")]), [doc(0, prose(99) + "\n" + header)]).drops
+    assert drop.detail["contamination"][0]["rule"] == "span"

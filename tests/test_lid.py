@@ -1,15 +1,24 @@
 """The ``lid`` stage: the bundled lid.176.ftz on a few languages and code, modes, thresholds, keep-list, a
-missing model, and a tiny model trained here by ``train-classifier`` used through ``model:``."""
+missing model; a tiny model trained here by the README's ``train-classifier`` command (its ``lid`` preset) used
+through ``model:``, with Norwegian labelled ``no`` (as lid.176 names it) reported as ``nb``; the README's
+command is the one ``bench/eval_lid.py --train`` runs."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import random
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from bench import eval_lid
+from bench.common import CORPORA, REPO
 from pipeline.filters import train_classifier
 from pipeline.filters.fasttext_model import FastTextModel, check_model_file, clean_label, default_lid_model
 from pipeline.filters.lid import LanguageId
@@ -142,27 +151,45 @@ def test_preflight_names_the_model_param(tmp_path):
 
 EN_WORDS = "the house is small and we like water green tree under with people about which would there".split()
 DE_WORDS = "das haus ist klein und wir mögen wasser grün baum unter mit leute über welche würde dort".split()
+NO_WORDS = "huset er lite og vi liker vann grønt treet under med folk om hvilken ville der".split()
 
 
 def sentences(words: list[str], n: int, rng: random.Random) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) for _ in range(n)]
 
 
-def test_tiny_model_trained_by_train_classifier(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def tiny_lid(tmp_path_factory) -> tuple[Path, dict]:
+    """A model trained by the README's command (its flags, the ``lid`` preset's hyper-parameters) on generated
+    English, German and Norwegian, the last labelled ``no`` as lid.176 labels it; 1 thread, reproducible."""
+    tmp = tmp_path_factory.mktemp("lid")
     rng = random.Random(7)
     records = [{"text": t, "lang": "en"} for t in sentences(EN_WORDS, 150, rng)]
     records += [{"text": t, "lang": "de"} for t in sentences(DE_WORDS, 150, rng)]
+    records += [{"text": t, "lang": "no"} for t in sentences(NO_WORDS, 150, rng)]
     records += [{"text": t, "lang": "xx", "in_dev": True} for t in sentences(EN_WORDS, 20, rng)]  # excluded
-    data = tmp_path / "lid_train.jsonl.gz"
+    data = tmp / "lid_train.jsonl.gz"
     with gzip.open(data, "wt", encoding="utf-8") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
-    model = tmp_path / "lid.bin"
-    rc = train_classifier.main(["--input", str(data), "--label-field", "lang", "--exclude-field", "in_dev",
-                                "--output", str(model), "--minn", "2", "--maxn", "4", "--dim", "8", "--epoch", "20",
-                                "--lr", "0.5", "--bucket", "20000", "--threads", "1", "--json"])
-    assert rc == 0
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert report["labels"] == ["de", "en"] and report["skipped"] == {"excluded": 20}
+    argv = eval_lid.readme_command()[2:]
+    argv[argv.index("--input") + 1] = str(data)
+    argv[argv.index("--output") + 1] = str(tmp / "lid.bin")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert train_classifier.main([*argv, "--threads", "1", "--json"]) == 0
+    return tmp / "lid.bin", json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def test_tiny_model_trained_by_the_readme_command(tiny_lid):
+    model, report = tiny_lid
+    assert report["preset"] == "lid"
+    assert report["params"] == {
+        "epoch": 5, "lr": 0.5, "wordNgrams": 1, "dim": 16, "minCount": 2, "minn": 2, "maxn": 4, "bucket": 200_000,
+        "loss": "softmax", "thread": 1, "seed": 0, "holdout": 0.05, "max_per_label": 6000, "min_per_label": 0,
+        "quantize": False, "cutoff": 0}
+    assert report["model"] == str(model) and model.is_file()
+    assert report["model_mb"] == pytest.approx(model.stat().st_size / 1e6, abs=0.01)
+    assert report["labels"] == ["de", "en", "no"] and report["skipped"] == {"excluded": 20}
     assert report["accuracy"] >= 0.95
 
     stage = lid(model=str(model), languages=["de"])
@@ -171,3 +198,122 @@ def test_tiny_model_trained_by_train_classifier(tmp_path, capsys):
     out = run_batch(stage, docs("wir mögen das grüne wasser unter dem baum", "we like the green water under the tree"))
     assert [d["meta"]["lang"] for d in out.kept] == ["de"]
     assert [(d.doc["meta"]["lang"], d.reason) for d in out.drops] == [("en", "lid:language")]
+
+
+NO_TEXT = "vi liker det grønne vannet under treet med folk der"
+
+
+def test_norwegian_labelled_no_is_reported_as_nb(tiny_lid):
+    model, _ = tiny_lid
+    loaded = FastTextModel(model)
+    assert "no" in loaded.labels and "nb" not in loaded.labels  # the model itself says "no", as lid.176 does
+    assert loaded.predict([NO_TEXT])[0][0][0] == "no"
+    out = run_batch(lid(loaded, top_k=3), docs(NO_TEXT, "das haus ist klein und wir mögen wasser"))
+    assert [d["meta"]["lang"] for d in out.kept] == ["nb", "de"]
+    assert out.kept[0]["meta"]["lang_topk"][0][0] == "nb"
+    assert "no" not in {lab for d in out.kept for lab, _ in d["meta"]["lang_topk"]}
+    assert out.metrics.counters["lang:nb"] == 1 and "lang:no" not in out.metrics.counters
+    for keep in (["nb"], ["no"]):  # either code in the keep-list keeps Norwegian, and only it
+        out = run_batch(lid(loaded, languages=keep), docs(NO_TEXT, "we like the green water under the tree"))
+        assert [d["meta"]["lang"] for d in out.kept] == ["nb"], keep
+        assert [d.reason for d in out.drops] == ["lid:language"]
+
+
+def test_lid176_names_bokmal_no_and_the_stage_says_nb(default_model):
+    text = "Regjeringen la i dag frem statsbudsjettet for neste år, og opposisjonen kritiserte forslaget kraftig."
+    assert default_model.predict([text])[0][0][0] == "no"
+    (doc,) = run_batch(lid(default_model, languages=["nb"]), docs(text)).kept
+    assert doc["meta"]["lang"] == "nb"
+
+
+def test_readme_command_is_what_the_bench_runs(tmp_path):
+    """The README's LID recipe and ``bench/eval_lid.py --train`` cannot drift: the bench reads the command
+    from README.md, and changes only ``--output``."""
+    command = eval_lid.readme_command()
+    assert command[:2] == ["tokenmill", "train-classifier"]
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert " ".join(command) in text  # one line, verbatim
+    data = Path(command[command.index("--input") + 1])
+    assert not data.is_absolute() and (REPO / data).resolve() == (CORPORA / "lid" / "lid_train.jsonl.gz").resolve()
+    assert command[command.index("--exclude-field") + 1] == "in_dev"  # lid_dev is what the bench scores
+
+    ran = eval_lid.bench_argv(command, tmp_path / "m.ftz")
+    assert ran[:3] == [sys.executable, "-m", "service.cli"]
+    i = command.index("--output")
+    assert ran[3:] == [*command[1:i + 1], str(tmp_path / "m.ftz"), *command[i + 2:]]
+
+    # what the command trains: the lid preset (its dim and buckets bound the model's size)
+    args = train_classifier.parse_args(command[2:])
+    assert args.preset == "lid"
+    lid_values = train_classifier.FASTTEXT_DEFAULTS | train_classifier.PRESETS["lid"]
+    assert {k: getattr(args, k) for k in lid_values} == lid_values
+
+
+def test_readme_command_must_be_exactly_one(tmp_path):
+    line = "tokenmill train-classifier --preset lid --input ../shared/corpora/lid/lid_train.jsonl.gz --output x"
+    for body, found in (("no command here\n", 0), (f"```bash\n{line}\n```\n```bash\n{line} --dim 8\n```\n", 2)):
+        readme = tmp_path / "README.md"
+        readme.write_text(body)
+        with pytest.raises(SystemExit, match=f"found {found}"):
+            eval_lid.readme_command(readme)
+    wrapped = line.replace(" --input", " \\\n  --input")  # a backslash continuation, as long commands are
+    readme.write_text(f"```bash\n{wrapped}\n```\n")
+    assert eval_lid.readme_command(readme) == line.split()
+    with pytest.raises(SystemExit, match="not a `tokenmill train-classifier"):
+        eval_lid.bench_argv(["tokenmill", "train-classifier", "--input", "x"], tmp_path / "m")
+
+
+def test_presets_fill_what_is_not_given():
+    base = ["--input", "x.jsonl", "--output", "m.bin"]
+    lid_args = train_classifier.parse_args([*base, "--label-field", "lang"])  # --label-field lang: lid preset
+    assert lid_args.preset == "lid"
+    assert (lid_args.dim, lid_args.bucket, lid_args.minn, lid_args.maxn, lid_args.lr) == (16, 200_000, 2, 4, 0.5)
+    assert train_classifier.parse_args([*base, "--preset", "lid"]).label_field == "lang"
+    mine = train_classifier.parse_args([*base, "--preset", "lid", "--dim", "8", "--quantize", "--label-field", "y"])
+    assert (mine.preset, mine.dim, mine.quantize, mine.label_field, mine.bucket) == ("lid", 8, True, "y", 200_000)
+    assert train_classifier.parse_args([*base, "--preset", "lid", "--max-per-label", "0"]).max_per_label == 0  # no cap
+    plain = train_classifier.parse_args(base)  # a quality classifier: fastText's defaults, as before
+    assert plain.preset == "none" and plain.label_field == "label"
+    assert {k: getattr(plain, k) for k in train_classifier.FASTTEXT_DEFAULTS} == train_classifier.FASTTEXT_DEFAULTS
+    off = train_classifier.parse_args([*base, "--label-field", "lang", "--preset", "none"])
+    assert (off.preset, off.dim, off.lr) == ("none", 100, 0.1)
+
+
+def test_small_labels_are_repeated_in_training_only(tmp_path, capsys):
+    out = train_classifier.oversample([("big", f"b{i}") for i in range(50)] + [("small", f"s{i}") for i in range(7)],
+                                      30, random.Random(3))
+    assert Counter(label for label, _ in out) == {"big": 50, "small": 30}
+    assert sorted(Counter(t for label, t in out if label == "small").values()) == [4] * 5 + [5] * 2  # 30 = 7x4 + 2
+
+    rng = random.Random(5)
+    records = [{"text": t, "lang": "en"} for t in sentences(EN_WORDS, 100, rng)]
+    records += [{"text": t, "lang": "de"} for t in sentences(DE_WORDS, 100, rng)]
+    records += [{"text": t, "lang": "no"} for t in sentences(NO_WORDS, 8, rng)]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert train_classifier.main(["--input", str(data), "--label-field", "lang", "--output", str(tmp_path / "m.bin"),
+                                  "--holdout", "0.25", "--min-per-label", "40", "--bucket", "20000", "--threads", "1",
+                                  "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["n_train_per_label"] == {"de": 75, "en": 75, "no": 6}  # distinct examples
+    assert report["n_train_lines"] == 75 + 75 + 40 and report["n_train"] == 156
+    assert report["per_label"]["no"]["n"] == 2  # held out before the repeats: none of it is trained on
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "fast"], "--preset: invalid choice: 'fast'"),
+    (["--label-field", "lang", "--cutoff", "1000"], "--cutoff 1000 needs --quantize"),
+    (["--minn", "4", "--maxn", "2"], "--minn and --maxn must be 0"),
+    (["--lr", "0"], "--lr must be above 0, got 0.0"),
+    (["--dim", "0"], "--dim must be at least 1, got 0"),
+    (["--max-per-label", "-1"], "--max-per-label must be at least 0 (0: no cap), got -1"),
+    (["--min-per-label", "-1"], "--min-per-label must be at least 0 (0: no repeats), got -1"),
+    (["--min-per-label", "50", "--max-per-label", "10"], "--min-per-label 50 is above --max-per-label 10"),
+])
+def test_bad_training_flags_exit_2(tmp_path, capsys, argv, message):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n')
+    assert train_classifier.main(["--input", str(data), "--output", str(tmp_path / "m.bin"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.glob("m.*"))

@@ -1,8 +1,14 @@
-"""The benchmark index: every benchmark item's distinct n-gram keys in one sorted uint64 array.
+"""The benchmark index: every benchmark text's n-gram keys, with their positions, in one sorted uint64 array.
 
 Built once per job on the driver (``Decontaminate.prepare``) and shipped to the workers as plain data
-(:meth:`BenchmarkIndex.to_plain`: numpy arrays and lists of strings, ~12 MB for GSM8K + HumanEval + MMLU +
+(:meth:`BenchmarkIndex.to_plain`: numpy arrays and lists of strings, ~35 MB for GSM8K + HumanEval + MMLU +
 TruthfulQA), so a worker's only set-up is a dict of the vocabulary and a bit filter.
+
+**What is indexed.** Every text field of a record (``prompt``, ``canonical_solution``, ``question``,
+``answer``, MMLU's ``choices``, TruthfulQA's answers...) but ids, metadata and HumanEval's ``test`` harness
+(:data:`DEFAULT_EXCLUDE_FIELDS`), each as a text of its own, and the fields laid end to end (:func:`item_texts`):
+a page may hold the solution alone, the question alone, or half of the whole item. Before, only ``text``,
+``question`` and ``prompt`` were read, and a copied solution or answer was never found.
 
 **Items shorter than ``ngram`` words.** 29 % of MMLU's and 75 % of TruthfulQA's questions have fewer than
 13 words and would have no 13-gram at all, so an item of fewer than ``ngram`` words is one gram, its whole
@@ -38,53 +44,83 @@ DEFAULT_MIN_WORDS = 4
 #: HumanEval, 2 is an exact duplicate (164 items, e.g. the same question under two subjects) and every
 #: short item in 3 or more is a "which of the following ..." stem (measured, see the module docstring)
 DEFAULT_STOCK_ITEMS = 3
+#: fewest words (holding a letter) of a short text that is not the item's first (its question): an answer
+#: or a list of choices of 4-7 words is a list of everyday words ("Wednesday Thursday Friday Saturday" is
+#: the choices of two MMLU items and part of every calendar); 8 is GPT-3's shortest contamination n-gram
+MIN_ANSWER_WORDS = 8
+#: a window with fewer words holding a letter is a table row ("1 1 1 1 1 1 ..." of an MMLU matrix, found
+#: in a C header's table of ones): it counts for an item's overlap, never for a span. 1, not more: a
+#: HumanEval doctest line (``>>> f([1, 20, 4, 10], 5)``) is mostly numbers and is the item's own
+SPAN_LETTER_WORDS = 1
+#: a window found in this many items is a stock phrase: it counts for an item's overlap, never for a span.
+#: In MMLU a reading passage is shared by at most 6 items (the 13-grams of 2-6 items are such passages,
+#: which a page can copy); the windows of 7 or more are stems ("...according to ordinary moral standards in
+#: the US as of 2020", 895 items; "then using the truth table determine whether the argument is valid")
+DEFAULT_COMMON_ITEMS = 7
 
 
-#: record fields read as an item's texts, each present one indexed: ``text`` is the whole item in the shared
-#: sets (GSM8K question + answer, HumanEval prompt + solution); ``question`` and ``prompt`` let a page that
-#: holds only the question be found (alone, a GSM8K question is ~36 % of its item's 13-grams)
-DEFAULT_TEXT_FIELDS = ("text", "question", "prompt")
+#: record fields that are never an item's text: ids, labels and metadata, and HumanEval's ``test`` harness
+#: (``check(candidate)`` code shared by many items). Every other string field, and every list of strings
+#: (MMLU's ``choices``), is indexed by default (``text_fields: null``)
+DEFAULT_EXCLUDE_FIELDS = ("id", "benchmark", "split", "subject", "category", "entry_point", "test", "task_id",
+                          "source", "url", "license", "type", "level", "difficulty", "language", "lang", "tags")
+#: the name of the unit made of an item's fields laid end to end (prompt + solution, question + choices)
+WHOLE_ITEM = "item"
 
 
 @dataclass(frozen=True)
 class Item:
-    """One benchmark item as read from a benchmark file: its text, and other texts of it (its question)."""
+    """One benchmark item as read from a benchmark file: its texts, each with the field it came from.
+
+    ``text`` is the first text and ``extra`` the others; ``fields`` names them (``text`` when not given).
+    """
 
     benchmark: str
     id: str
     text: str
     extra: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
 
     @property
-    def texts(self) -> list[str]:
-        return list(dict.fromkeys((self.text, *self.extra)))
+    def units(self) -> list[tuple[str, str]]:
+        """``(field, text)`` of every text of the item, in order (the index keeps one of equal texts)."""
+        names = self.fields or ("text",) * (1 + len(self.extra))
+        return list(zip(names, (self.text, *self.extra), strict=False))
 
 
 @dataclass
 class BenchmarkIndex:
-    """Gram keys of every indexed text, and which texts each key belongs to (CSR: ``offsets``/``owners``).
+    """Gram keys of every indexed text, and where each key sits (CSR: ``offsets`` -> ``owners``/``owner_pos``).
 
-    Items are numbered in file order (``item_*``, every item read); each indexed text of an item (its
-    ``text``, its ``question``...) is a unit of its own (``text_*``; ``text_item`` names its item). A long
-    text's keys are its ``ngram``-word windows; a short text (fewer than ``ngram`` words) has one key, its
-    first ``min_words`` words (its *head*), and is confirmed by ``text_full`` where the head is found. So a
-    document is hashed at two lengths only, whatever the lengths of the short items.
+    Items are numbered in file order (``item_*``, every item read); each indexed text of an item (a field,
+    or the whole item) is a *unit* of its own (``text_*``; ``text_item`` names its item, ``text_field`` its
+    field in ``fields``). A long text's keys are its ``ngram``-word windows, each with its position in the
+    text (so a document's run of consecutive windows is a span of the item); a short text (fewer than
+    ``ngram`` words) has one key, its first ``min_words`` words (its *head*), and is confirmed by
+    ``text_full`` where the head is found. So a document is hashed at two lengths only.
     """
 
     ngram: int
     min_words: int
     stock_items: int
+    common_items: int
     vocab: list[str]
     keys: np.ndarray  # uint64, sorted, unique
     offsets: np.ndarray  # int64, len(keys) + 1
     owners: np.ndarray  # int32 text numbers, grouped by key
+    owner_pos: np.ndarray  # int32: the window's position in that text (0 for a short text's head)
+    #: bool per key: never part of a span, as a stock phrase (in ``common_items`` or more items) or a table
+    #: row (fewer than SPAN_LETTER_WORDS words holding a letter)
+    common: np.ndarray
     text_item: np.ndarray  # int32: the item of each indexed text
-    text_grams: np.ndarray  # int32: distinct gram keys of each text (1 for a short text)
+    text_field: np.ndarray  # int16: index into ``fields``
+    text_grams: np.ndarray  # int32: windows of each text (1 for a short text)
     text_words: np.ndarray  # int32: normalized words of each text
     text_full: np.ndarray  # uint64: key of the text's whole word sequence (exact matches)
     item_bench: np.ndarray  # int16: index into ``benchmarks``
     item_ids: list[str]
     benchmarks: list[str]
+    fields: list[str]
     #: per benchmark, items left out (no text indexed) for having fewer than ``min_words`` words with a letter
     skipped: dict[str, int] = field(default_factory=dict)
     #: per benchmark, items left out as stock questions
@@ -127,20 +163,60 @@ def default_benchmark_name(path: str) -> str:
     return name
 
 
-def read_items(paths: Iterable[str], text_fields: Iterable[str] = DEFAULT_TEXT_FIELDS, id_field: str = "id",
-               benchmark_field: str = "benchmark", bad: Counter | None = None) -> Iterator[Item]:
+def item_texts(record: dict[str, Any], text_fields: Iterable[str] | None = None,
+               exclude: Iterable[str] = DEFAULT_EXCLUDE_FIELDS) -> list[tuple[str, str]]:
+    """``(field, text)`` of a benchmark record's texts.
+
+    The fields are ``text_fields`` in that order, or (None) every field of the record but ``exclude``; a
+    list of strings (MMLU's ``choices``) is one text, its strings a line each; a one-word value (MMLU's
+    ``answer: B``, a bare number) is a label, not a text. The index adds the fields laid end to end
+    (:func:`unit_words`).
+    """
+    from pipeline.readers.docs import is_blank
+
+    skip = set(exclude)
+    names = list(text_fields) if text_fields is not None else [k for k in record if k not in skip]
+    out: list[tuple[str, str]] = []
+    for name in names:
+        value = record.get(name)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            value = "\n".join(value)
+        if isinstance(value, str) and not is_blank(value) and len(value.split(None, 1)) > 1:
+            out.append((name, value))
+    return out
+
+
+def unit_words(fields: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """The item's texts as words: its fields, then the fields other than ``text`` laid end to end (the
+    whole item: prompt + solution, question + choices + answer) and, with three such fields or more, the
+    first one followed by each other one (``question+best_answer``: a page may show the question with one
+    answer only). Built from the fields' words: a line break between two texts is no word, so these are
+    the words of the joined texts."""
+    parts = [(name, ws) for name, ws in fields if name != "text"]
+    out = list(fields)
+    if len(parts) >= 2:
+        out.append((WHOLE_ITEM, [w for _, ws in parts for w in ws]))
+    if len(parts) >= 3:
+        first, question = parts[0]
+        out.extend((f"{first}+{name}", question + ws) for name, ws in parts[1:])
+    return out
+
+
+def read_items(paths: Iterable[str], text_fields: Iterable[str] | None = None, id_field: str = "id",
+               benchmark_field: str = "benchmark", bad: Counter | None = None,
+               exclude_fields: Iterable[str] = DEFAULT_EXCLUDE_FIELDS) -> Iterator[Item]:
     """Every item of the benchmark files (JSONL, plain or compressed, or Parquet) in ``paths``.
 
-    The item's texts are its ``text_fields`` that hold text (the first one found is its ``text``). The
-    benchmark is the record's ``benchmark_field`` when it is a string, else the file's name; the id is the
-    record's ``id_field`` (``name:line`` without one, as for any input). A record that cannot be read or has
-    no text is counted in ``bad`` under the readers' reason (``bad_json``, ``missing_text``...).
+    The item's texts are :func:`item_texts` (every text field but ``exclude_fields``, or ``text_fields``).
+    The benchmark is the record's ``benchmark_field`` when it is a string, else the file's name; the id is
+    the record's ``id_field`` (``name:line`` without one, as for any input). A record that cannot be read or
+    has no text is counted in ``bad`` under the readers' reason (``bad_json``, ``missing_text``...).
     """
-    text_fields = list(text_fields)
-    from pipeline.readers.docs import is_blank, record_id
+    from pipeline.readers.docs import record_id
     from pipeline.readers.jsonl import iter_records
     from pipeline.readers.paths import detect_format
 
+    exclude = (*exclude_fields, id_field, benchmark_field)
     for i, path in enumerate(benchmark_files(paths)):
         fmt = detect_format(path, "auto")
         name = os.path.basename(path)
@@ -157,14 +233,15 @@ def read_items(paths: Iterable[str], text_fields: Iterable[str] = DEFAULT_TEXT_F
                     bad[rec.reason] += 1
                 continue
             n, _, record = rec
-            texts = [t for t in (record.get(f) for f in text_fields) if isinstance(t, str) and not is_blank(t)]
+            texts = item_texts(record, text_fields, exclude)
             if not texts:
                 if bad is not None:
                     bad["missing_text"] += 1
                 continue
             bench = record.get(benchmark_field)
             yield Item(bench if isinstance(bench, str) and bench else fallback,
-                       record_id(record, id_field, name, n), texts[0], tuple(texts[1:]))
+                       record_id(record, id_field, name, n), texts[0][1], tuple(t for _, t in texts[1:]),
+                       tuple(f for f, _ in texts))
 
 
 def _parquet_records(path: str) -> Iterator[tuple[int, None, dict[str, Any]]]:
@@ -180,19 +257,29 @@ def _parquet_records(path: str) -> Iterator[tuple[int, None, dict[str, Any]]]:
 # ---- building ---------------------------------------------------------------------------------------------
 
 def build_index(items: Iterable[Item], ngram: int = DEFAULT_NGRAM, min_words: int = DEFAULT_MIN_WORDS,
-                stock_items: int = DEFAULT_STOCK_ITEMS) -> BenchmarkIndex:
-    """Hash every item text's distinct grams (vectorized over the concatenated texts)."""
+                stock_items: int = DEFAULT_STOCK_ITEMS, common_items: int = DEFAULT_COMMON_ITEMS) -> BenchmarkIndex:
+    """Hash every item text's grams with their positions (vectorized over the concatenated texts)."""
     if not 1 <= min_words <= ngram:
         raise ValueError(f"min_words must be in 1..ngram ({ngram}), got {min_words}")
     bench_no: dict[str, int] = {}
+    field_no: dict[str, int] = {}
     item_bench: list[int] = []
     item_ids: list[str] = []
     text_item: list[int] = []
+    text_field: list[int] = []
+    floor: list[int] = []
     parsed: list[list[str]] = []
     for item in items:
-        for text in item.texts:
+        seen: set[tuple[str, ...]] = set()
+        for k, (name, ws) in enumerate(unit_words([(f, words(t)) for f, t in item.units])):
+            key = tuple(ws)
+            if key in seen:  # GSM8K's text is its question + answer: one unit, under its first field
+                continue
+            seen.add(key)
             text_item.append(len(item_ids))
-            parsed.append(words(text))
+            text_field.append(field_no.setdefault(name, len(field_no)))
+            floor.append(min_words if k == 0 else max(min_words, MIN_ANSWER_WORDS))
+            parsed.append(ws)
         item_bench.append(bench_no.setdefault(item.benchmark, len(bench_no)))
         item_ids.append(item.id)
     benchmarks = list(bench_no)
@@ -211,19 +298,23 @@ def build_index(items: Iterable[Item], ngram: int = DEFAULT_NGRAM, min_words: in
     full = prefix.windows(starts, n_words)
 
     short = n_words < ngram
-    too_short = short & (n_letter < min_words)
+    too_short = (n_letter < np.array(floor, dtype=np.int64)) & short
     candidates = short & ~too_short
     stock = candidates & (_items_holding(prefix, starts, n_words, full, candidates, owner_item) >= stock_items)
     kept = np.flatnonzero(~too_short & ~stock)
-    keys, owner = _grams(prefix, starts[kept], n_words[kept], ngram, min_words)
+    keys, owner, pos = _grams(prefix, starts[kept], n_words[kept], ngram, min_words)
+    at = starts[kept][owner] + pos
+    wordy = letters[np.minimum(at + ngram, len(ids))] - letters[at] >= SPAN_LETTER_WORDS
 
-    # distinct (key, text) pairs, then a CSR from each distinct key to its texts
-    order = np.lexsort((owner, keys))
-    keys, owner = keys[order], owner[order]
-    new = np.ones(len(keys), dtype=bool)
-    new[1:] = (keys[1:] != keys[:-1]) | (owner[1:] != owner[:-1])
-    keys, owner = keys[new], owner[new]
+    # every (key, text, position), grouped by key: a CSR from each distinct key to where it sits
+    order = np.lexsort((pos, owner, keys))
+    keys, owner, pos, wordy = keys[order], owner[order], pos[order], wordy[order]
     uniq, first = np.unique(keys, return_index=True)
+    offsets = np.append(first, len(keys)).astype(np.int64)
+    # a key's items: distinct (key, item) pairs counted per key
+    key_no = np.repeat(np.arange(len(uniq)), np.diff(offsets))
+    pairs = np.unique(key_no * len(item_ids) + owner_item[kept][owner]) if len(keys) else key_no
+    items_per_key = np.bincount(pairs // max(len(item_ids), 1), minlength=len(uniq))
     used = np.unique(ids[_positions(starts[kept], n_words[kept])])
     # an item none of whose texts is indexed: a stock question when one of them was one, else too short
     left_out = np.ones(len(item_ids), dtype=bool)
@@ -231,14 +322,16 @@ def build_index(items: Iterable[Item], ngram: int = DEFAULT_NGRAM, min_words: in
     was_stock = np.zeros(len(item_ids), dtype=bool)
     was_stock[owner_item[stock]] = True
     return BenchmarkIndex(
-        ngram=ngram, min_words=min_words, stock_items=stock_items,
+        ngram=ngram, min_words=min_words, stock_items=stock_items, common_items=common_items,
         # words of left-out texts only are unknown to the matcher: their windows are never hashed
         vocab=_only(vocab, used),
-        keys=uniq, offsets=np.append(first, len(keys)).astype(np.int64), owners=owner.astype(np.int32),
+        keys=uniq, offsets=offsets, owners=owner.astype(np.int32), owner_pos=pos.astype(np.int32),
+        common=(items_per_key >= common_items) | ~wordy[first],
         text_item=owner_item[kept].astype(np.int32),
-        text_grams=np.bincount(owner, minlength=len(kept)).astype(np.int32),
+        text_field=np.array(text_field, dtype=np.int16)[kept],
+        text_grams=np.where(n_words[kept] >= ngram, n_words[kept] - ngram + 1, 1).astype(np.int32),
         text_words=n_words[kept].astype(np.int32), text_full=full[kept], item_bench=bench,
-        item_ids=item_ids, benchmarks=benchmarks,
+        item_ids=item_ids, benchmarks=benchmarks, fields=list(field_no),
         skipped=_per_bench(bench[left_out & ~was_stock], benchmarks),
         stock=_per_bench(bench[left_out & was_stock], benchmarks),
     )
@@ -250,13 +343,14 @@ def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def _grams(prefix: Prefix, starts: np.ndarray, n_words: np.ndarray, ngram: int, head: int
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """``(key, item)`` of every ``ngram`` window inside each long item, and of each short item's head."""
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(key, text, position)`` of every ``ngram`` window inside each long text, and of each short text's
+    head (position 0)."""
     long = n_words >= ngram
     per_item = np.where(long, n_words - ngram + 1, 1)
     owner = np.repeat(np.arange(len(starts), dtype=np.int64), per_item)
     within = np.arange(len(owner)) - np.repeat(np.cumsum(per_item) - per_item, per_item)
-    return prefix.windows(starts[owner] + within, np.where(long, ngram, head)[owner]), owner
+    return prefix.windows(starts[owner] + within, np.where(long, ngram, head)[owner]), owner, within
 
 
 def _items_holding(prefix: Prefix, starts: np.ndarray, n_words: np.ndarray, full: np.ndarray,
@@ -299,8 +393,10 @@ def _per_bench(bench: np.ndarray, benchmarks: list[str]) -> dict[str, int]:
 
 
 def index_files(paths: Iterable[str], ngram: int = DEFAULT_NGRAM, min_words: int = DEFAULT_MIN_WORDS,
-                stock_items: int = DEFAULT_STOCK_ITEMS, text_fields: Iterable[str] = DEFAULT_TEXT_FIELDS,
-                id_field: str = "id", benchmark_field: str = "benchmark", bad: Counter | None = None
+                stock_items: int = DEFAULT_STOCK_ITEMS, text_fields: Iterable[str] | None = None,
+                id_field: str = "id", benchmark_field: str = "benchmark", bad: Counter | None = None,
+                exclude_fields: Iterable[str] = DEFAULT_EXCLUDE_FIELDS, common_items: int = DEFAULT_COMMON_ITEMS
                 ) -> BenchmarkIndex:
     """:func:`build_index` over the items of the benchmark files in ``paths``."""
-    return build_index(read_items(paths, text_fields, id_field, benchmark_field, bad), ngram, min_words, stock_items)
+    return build_index(read_items(paths, text_fields, id_field, benchmark_field, bad, exclude_fields), ngram,
+                       min_words, stock_items, common_items)

@@ -1,11 +1,20 @@
 """Which benchmark items a document contains: the document side of the n-gram index.
 
-**Overlap** of an item with a document = the fraction of the item's distinct grams found in the document
-(a short item, of fewer than ``ngram`` words, is found whole or not at all: overlap 1 or 0; see
-:mod:`pipeline.decontam.index`). Measuring it on the item, not the document, is
-what makes a book that quotes one question contaminated while a page that shares one stock phrase
-("which of the following statements is true") with a long item is not. An item is **exact** when its
-whole normalized word sequence occurs contiguously in the document.
+A document matches an item when one of the item's texts (a field, or the whole item: see
+:mod:`pipeline.decontam.index`) is found by one of three rules, reported as the match's ``rule``:
+
+- ``overlap``: the fraction of the text's n-grams found in the document reaches ``min_overlap`` (PaLM's
+  70 %). Measured on the item, not the document: a book that quotes one question is contaminated, a page
+  sharing one stock phrase ("which of the following statements is true") with a long item is not.
+- ``span``: the document holds one piece of the text, a run of its consecutive n-grams, of ``min_span``
+  words (16), or of at least ``ngram`` words that is ``min_span_share`` (0.4) of the text: half of an
+  item, its last lines. An n-gram found in ``common_items`` or more items is a stock phrase and never
+  part of a span. Consecutive item n-grams found anywhere in the document count as one piece: two windows
+  that share ``ngram - 1`` words are, in practice, next to each other.
+- ``whole``: a text shorter than ``ngram`` words is found whole (overlap 1).
+
+An item is **exact** when a whole text of it occurs contiguously in the document. ``span`` is the
+longest piece found, in words; ``field`` names the text that matched.
 """
 
 from __future__ import annotations
@@ -23,15 +32,38 @@ from pipeline.decontam.ngrams import Prefix, word_values, words
 class Match:
     benchmark: str
     item: str
+    #: the fraction of the unit's windows found in the document (1 for a short unit found whole)
     overlap: float
     exact: bool
     #: words of the item's text that matched: among equal overlaps the longer is the more specific match
     words: int = 0
+    #: the longest run of the unit's words found in one piece (its consecutive windows), in words
+    span: int = 0
+    #: the unit that matched: a field of the benchmark record, or ``item`` (its fields end to end)
+    field: str = "text"
+    #: why it matched: ``whole`` (a short unit found whole), ``overlap`` (>= min_overlap of its windows) or
+    #: ``span`` (a piece of at least min_span words, or min_span_share of the unit)
+    rule: str = "overlap"
 
     def as_dict(self) -> dict[str, object]:
         return {"benchmark": self.benchmark, "item": self.item, "overlap": round(self.overlap, 4),
-                "exact": self.exact}
+                "exact": self.exact, "span": self.span, "field": self.field, "rule": self.rule}
 
+
+def _rule(overlap: float, exact: bool, span: int, short: bool, min_overlap: float) -> str:
+    if short:
+        return "whole"
+    return "overlap" if overlap >= min_overlap else "span"
+
+
+#: a piece of an item this long (in words: 4 consecutive 13-grams, none a stock phrase) is a copy whatever
+#: the item's length. On 21,660 clean documents of ../shared/corpora (prose, docs, man pages, code, books)
+#: two share 13 or more words with a benchmark item (a Hamlet line an MMLU question quotes, 22 words), so
+#: the bar is set by phrases, not by measured noise: a 15-word idiom inside a long item is no copy
+DEFAULT_MIN_SPAN = 16
+#: ... and so is a piece of at least ``ngram`` words that holds this share of the unit's words: half of a
+#: 30-word item is 15 words (``bench/eval_decontam.py``: 0.993 recall on half items at 16 / 0.4)
+DEFAULT_MIN_SPAN_SHARE = 0.4
 
 #: log2 of the bit filter's size: 2**25 bits = 4 MB per worker, ~1.6 % false hits for 545k keys
 FILTER_BITS = 25
@@ -40,9 +72,12 @@ FILTER_BITS = 25
 class Matcher:
     """Matches documents against one :class:`BenchmarkIndex` (build once per worker: it holds a dict)."""
 
-    def __init__(self, index: BenchmarkIndex, min_overlap: float):
+    def __init__(self, index: BenchmarkIndex, min_overlap: float, min_span: int = DEFAULT_MIN_SPAN,
+                 min_span_share: float = DEFAULT_MIN_SPAN_SHARE):
         self.index = index
         self.min_overlap = min_overlap
+        self.min_span = min_span
+        self.min_span_share = min_span_share
         self.word_id = {w: i for i, w in enumerate(index.vocab) if w}
         self.values = word_values(np.arange(len(index.vocab)))
         # a 4 MB bit filter on the keys' top bits: a binary search in the sorted keys costs ~1 us per window
@@ -97,17 +132,38 @@ class Matcher:
             return out
         doc = doc_of[start]
         n_texts = len(idx.text_item)
-        found, overlap, exact = [], [], []
+        found, overlap, exact, span = [], [], [], []
 
-        # long texts: distinct n-grams found per (document, text), over the text's n-grams
+        # long texts: the text's windows found (overlap), and its longest run of consecutive windows found
+        # with no stock phrase among them (a span of the item, in words)
         pair = np.unique(doc * len(idx.keys) + pos)
-        d, text = self._owners(pair // len(idx.keys), pair % len(idx.keys))
+        d, text, gram = self._owners(pair // len(idx.keys), pair % len(idx.keys), with_pos=True)
+        key_common = np.repeat(idx.common[pair % len(idx.keys)], np.diff(idx.offsets)[pair % len(idx.keys)])
         long = idx.text_words[text] >= idx.ngram
-        code, hits = np.unique(d[long] * n_texts + text[long], return_counts=True)
+        d, text, gram, key_common = d[long], text[long], gram[long], key_common[long]
+        stride = int(idx.text_grams.max()) + 2 if n_texts else 2  # a gap between two texts' positions
+        at = (d * n_texts + text) * stride + gram
+        order = np.argsort(at, kind="stable")
+        at, key_common = at[order], key_common[order]
+        fresh = np.ones(len(at), dtype=bool)
+        fresh[1:] = at[1:] != at[:-1]  # a window at one position, counted once
+        at, key_common = at[fresh], key_common[fresh]
+        code, hits = np.unique(at // stride, return_counts=True)
         ratio = hits / idx.text_grams[code % n_texts]
-        keep = ratio >= self.min_overlap
+        longest = np.zeros(len(code), dtype=np.int64)
+        rare = at[~key_common]
+        if len(rare):
+            brk = np.flatnonzero(np.diff(rare) != 1) + 1
+            run_start = np.concatenate(([0], brk))
+            run_len = np.diff(np.append(run_start, len(rare)))
+            owner = np.searchsorted(code, rare[run_start] // stride)
+            np.maximum.at(longest, owner, run_len)
+        words_ = np.where(longest > 0, longest + idx.ngram - 1, 0)
+        keep = (ratio >= self.min_overlap) | (words_ >= self.min_span) | (
+            (words_ >= idx.ngram) & (words_ >= self.min_span_share * idx.text_words[code % n_texts]))
         found.append(code[keep])
         overlap.append(ratio[keep])
+        span.append(words_[keep])
         exact.append(np.zeros(keep.sum(), dtype=bool))
         for j in np.flatnonzero(ratio[keep] >= 1.0):  # every n-gram found: in one piece?
             d_j, t_j = divmod(int(found[0][j]), n_texts)
@@ -129,20 +185,26 @@ class Matcher:
         found.append(code)
         overlap.append(np.ones(len(code)))
         exact.append(np.ones(len(code), dtype=bool))
+        span.append(idx.text_words[code % n_texts].astype(np.int64))
 
-        for c, o, e in zip(np.concatenate(found).tolist(), np.concatenate(overlap).tolist(),
-                           np.concatenate(exact).tolist(), strict=True):
+        for c, o, e, w in zip(np.concatenate(found).tolist(), np.concatenate(overlap).tolist(),
+                              np.concatenate(exact).tolist(), np.concatenate(span).tolist(), strict=True):
             d_c, t = divmod(c, n_texts)
             i = int(idx.text_item[t])
-            out[d_c].append(Match(idx.benchmarks[idx.item_bench[i]], idx.item_ids[i], o, e, int(idx.text_words[t])))
+            out[d_c].append(Match(idx.benchmarks[idx.item_bench[i]], idx.item_ids[i], o, e,
+                                  int(idx.text_words[t]), w, idx.fields[idx.text_field[t]],
+                                  _rule(o, e, w, int(idx.text_words[t]) < idx.ngram, self.min_overlap)))
         return [_best_first(in_doc) for in_doc in out]
 
-    def _owners(self, doc: np.ndarray, pos: np.ndarray, *extra: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Each (doc, key position, extra...) repeated once per text owning the key: (doc, text, extra...)."""
+    def _owners(self, doc: np.ndarray, pos: np.ndarray, *extra: np.ndarray, with_pos: bool = False
+                ) -> tuple[np.ndarray, ...]:
+        """Each (doc, key number, extra...) repeated once per place the key sits: (doc, text, [window's
+        position in the text,] extra...)."""
         idx = self.index
         lo, k = idx.offsets[pos], idx.offsets[pos + 1] - idx.offsets[pos]
         at = np.repeat(lo, k) + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
-        return (np.repeat(doc, k), idx.owners[at].astype(np.int64), *(np.repeat(x, k) for x in extra))
+        where = (idx.owner_pos[at].astype(np.int64),) if with_pos else ()
+        return (np.repeat(doc, k), idx.owners[at].astype(np.int64), *where, *(np.repeat(x, k) for x in extra))
 
 
 def _best_first(matches: list[Match]) -> list[Match]:

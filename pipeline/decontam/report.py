@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.decontam.index import (
+    DEFAULT_COMMON_ITEMS,
+    DEFAULT_EXCLUDE_FIELDS,
     DEFAULT_MIN_WORDS,
     DEFAULT_NGRAM,
     DEFAULT_STOCK_ITEMS,
-    DEFAULT_TEXT_FIELDS,
     BenchmarkIndex,
     benchmark_files,
     index_files,
 )
-from pipeline.decontam.match import Match, Matcher
+from pipeline.decontam.match import DEFAULT_MIN_SPAN, DEFAULT_MIN_SPAN_SHARE, Match, Matcher
 from pipeline.decontam.stage import DEFAULT_MIN_OVERLAP
 
 #: document ids kept per item as examples
@@ -98,6 +99,9 @@ class ItemTally:
     docs: int = 0
     exact_docs: int = 0
     max_overlap: float = 0.0
+    max_span: int = 0
+    #: (field, rule) of the item's best match in each document that holds it
+    found_by: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
 
@@ -129,6 +133,8 @@ class Tally:
             t.docs += 1
             t.exact_docs += m.exact
             t.max_overlap = max(t.max_overlap, m.overlap)
+            t.max_span = max(t.max_span, m.span)
+            t.found_by[m.field, m.rule] += 1
             if len(t.examples) < EXAMPLES:
                 t.examples.append(doc_id)
 
@@ -146,6 +152,9 @@ class Tally:
                 "items_found_overlap": len(found), "items_found_exact": sum(t.exact_docs > 0 for t in found),
                 "item_rate_overlap": _rate(len(found), n),
                 "item_rate_exact": _rate(sum(t.exact_docs > 0 for t in found), n),
+                # items found, per field that matched and per rule (an item found two ways counts under both)
+                "items_by_field": dict(sorted(Counter(f for t in found for f in {f for f, _ in t.found_by}).items())),
+                "items_by_rule": dict(sorted(Counter(r for t in found for r in {r for _, r in t.found_by}).items())),
             }
         worst = sorted(self.items.values(), key=lambda t: (-t.docs, -t.max_overlap, t.benchmark, t.item))[:top]
         return {
@@ -153,7 +162,9 @@ class Tally:
                                                                                                self.docs),
             "benchmarks": per,
             "worst_items": [{"benchmark": t.benchmark, "item": t.item, "docs": t.docs, "exact_docs": t.exact_docs,
-                             "max_overlap": round(t.max_overlap, 4), "examples": t.examples} for t in worst],
+                             "max_overlap": round(t.max_overlap, 4), "max_span": t.max_span,
+                             "found_by": [f"{f}:{r}" for (f, r), _ in t.found_by.most_common()],
+                             "examples": t.examples} for t in worst],
         }
 
 
@@ -180,10 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a short item found in this many benchmark items is a stock question: not checked")
     p.add_argument("--min-overlap", type=float, default=DEFAULT_MIN_OVERLAP,
                    help="fraction of an item's n-grams a document must contain")
+    p.add_argument("--min-span", type=int, default=DEFAULT_MIN_SPAN,
+                   help="... or a piece of the item this many words long (consecutive n-grams)")
+    p.add_argument("--min-span-share", type=float, default=DEFAULT_MIN_SPAN_SHARE,
+                   help="... or a piece of at least --ngram words holding this share of the item's words")
+    p.add_argument("--common-items", type=int, default=DEFAULT_COMMON_ITEMS,
+                   help="an n-gram found in this many items is a stock phrase: never part of a span")
     p.add_argument("--text-field", default="text", help="text field of the corpus's records")
     p.add_argument("--id-field", default="id", help="id field of the corpus's and the benchmarks' records")
-    p.add_argument("--item-fields", nargs="+", default=list(DEFAULT_TEXT_FIELDS), metavar="FIELD",
-                   help="fields of a benchmark record indexed as texts of the item (each one present)")
+    p.add_argument("--item-fields", nargs="+", default=None, metavar="FIELD",
+                   help="fields of a benchmark record indexed as texts of the item (default: every text field "
+                        "but --exclude-fields)")
+    p.add_argument("--exclude-fields", nargs="*", default=list(DEFAULT_EXCLUDE_FIELDS), metavar="FIELD",
+                   help="fields never indexed (ids, metadata, test harness code)")
     p.add_argument("--benchmark-field", default="benchmark")
     p.add_argument("--top", type=int, default=10, help="worst items to list")
     p.add_argument("--max-rate", type=float, metavar="R",
@@ -199,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--min-words must be in 1..--ngram ({args.ngram})")
         if not 0 < args.min_overlap <= 1:
             raise InputError("--min-overlap must be in (0, 1]")
+        if not 0 < args.min_span_share <= 1:
+            raise InputError("--min-span-share must be in (0, 1]")
+        if args.min_span < args.ngram:
+            raise InputError("--min-span must be at least --ngram (a span is a run of n-grams)")
+        if args.common_items < 2:
+            raise InputError("--common-items must be at least 2")
         bad: Counter = Counter()
         bad_items: Counter = Counter()
         for path in args.benchmarks:
@@ -206,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--benchmarks: no file matches {path!r}")
         index = index_files(args.benchmarks, ngram=args.ngram, min_words=args.min_words,
                             stock_items=args.stock_items, text_fields=args.item_fields, id_field=args.id_field,
-                            benchmark_field=args.benchmark_field, bad=bad_items)
-        matcher = Matcher(index, args.min_overlap)
+                            benchmark_field=args.benchmark_field, bad=bad_items, exclude_fields=args.exclude_fields,
+                            common_items=args.common_items)
+        matcher = Matcher(index, args.min_overlap, args.min_span, args.min_span_share)
         tally = Tally()
         batch: list[tuple[str, str]] = []
         for item in iter_corpus(args.corpus, args.source, args.text_field, args.id_field, bad):
@@ -220,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     result = {"params": {"ngram": args.ngram, "min_words": args.min_words, "stock_items": args.stock_items,
-                         "min_overlap": args.min_overlap, "item_fields": args.item_fields},
+                         "min_overlap": args.min_overlap, "min_span": args.min_span,
+                         "min_span_share": args.min_span_share, "common_items": args.common_items,
+                         "item_fields": args.item_fields, "indexed_fields": index.fields},
               **tally.summary(index, args.top), "unreadable": dict(bad), "unreadable_items": dict(bad_items)}
     over = sorted(b for b, s in result["benchmarks"].items()
                   if args.max_rate is not None and s["doc_rate_overlap"] > args.max_rate)
@@ -239,7 +268,8 @@ def print_report(r: dict) -> None:
     bad = sum(r["unreadable"].values())
     print(f"{r['docs']:,} documents checked ({bad:,} unreadable records), {r['contaminated_docs']:,} contain a "
           f"benchmark item ({100 * r['contaminated_rate']:.3f} %); {p['ngram']}-grams of normalized words, "
-          f"an item matches at >= {p['min_overlap']:.0%} of its n-grams")
+          f"an item matches at >= {p['min_overlap']:.0%} of its n-grams, or with a piece of >= {p['min_span']} words "
+          f"(or >= {p['ngram']} words and {p['min_span_share']:.0%} of it); fields: {', '.join(p['indexed_fields'])}")
     head = (f"{'benchmark':<16}{'items':>8}{'skipped':>9}{'stock':>7}{'docs exact':>12}{'docs overlap':>14}"
             f"{'doc rate':>10}{'items exact':>13}{'items overlap':>15}{'item rate':>11}")
     print(head)
@@ -248,10 +278,18 @@ def print_report(r: dict) -> None:
         print(f"{bench:<16}{s['items']:>8,}{s['items_skipped']:>9,}{s['items_stock']:>7,}{s['docs_exact']:>12,}"
               f"{s['docs_overlap']:>14,}{100 * s['doc_rate_overlap']:>9.3f}%{s['items_found_exact']:>13,}"
               f"{s['items_found_overlap']:>15,}{100 * s['item_rate_overlap']:>10.2f}%")
+    found = [(b, s) for b, s in r["benchmarks"].items() if s["items_by_field"]]
+    if found:
+        print("\nitems found per field that matched / per rule (whole: a short text found whole; overlap: "
+              "enough of its n-grams; span: one piece of it):")
+        for bench, s in found:
+            print(f"  {bench:<16}" + ", ".join(f"{f} {n:,}" for f, n in s["items_by_field"].items()) + "  /  "
+                  + ", ".join(f"{k} {n:,}" for k, n in s["items_by_rule"].items()))
     if r["worst_items"]:
         print("\nworst items (most documents, then highest overlap):")
         for t in r["worst_items"]:
             print(f"  {t['benchmark']:<12} {t['item']:<40} docs {t['docs']:>5,}  exact {t['exact_docs']:>5,}  "
-                  f"max overlap {t['max_overlap']:.2f}  e.g. {', '.join(t['examples'])}")
+                  f"max overlap {t['max_overlap']:.2f}  max span {t['max_span']:>4}  by {', '.join(t['found_by'])}  "
+                  f"e.g. {', '.join(t['examples'])}")
     print("(skipped: items under --min-words words; stock: stock questions such as 'Which of the following is "
           "true?'; neither is checked. Rates: of the corpus's documents, of the benchmark's items)")

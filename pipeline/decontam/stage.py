@@ -1,13 +1,15 @@
-"""``decontaminate``: drop (or flag) documents that contain benchmark items.
+"""``decontaminate``: drop (or flag) documents that contain benchmark items, whole or in pieces.
 
 ``prepare()`` builds the n-gram index of the benchmark files once per job on the driver and returns it
 as plain arrays (:meth:`~pipeline.decontam.index.BenchmarkIndex.to_plain`); each worker builds its
-:class:`~pipeline.decontam.match.Matcher` from it in ``setup()``. A document matches an item when the
-item's overlap (the fraction of the item's grams found in the document) reaches ``min_overlap``.
+:class:`~pipeline.decontam.match.Matcher` from it in ``setup()``. A document matches an item when one of
+the item's texts (every text field, and the fields end to end) reaches ``min_overlap`` of its n-grams, or
+when the document holds a piece of it (``min_span`` words, or ``min_span_share`` of it): see
+:mod:`pipeline.decontam.match`.
 
-A matching document gets ``meta["contamination"] = [{benchmark, item, overlap, exact}, ...]`` (best
-first) in both modes; in ``filter`` mode it is dropped as ``decontaminate:<benchmark of the best match>``
-and its matches are also in the rejected record's ``detail.contamination``.
+A matching document gets ``meta["contamination"] = [{benchmark, item, overlap, exact, span, field,
+rule}, ...]`` (best first) in both modes; in ``filter`` mode it is dropped as ``decontaminate:<benchmark
+of the best match>`` and its matches are also in the rejected record's ``detail.contamination``.
 
 Counters (summed over workers, so only per-document counts): ``docs:<benchmark>`` documents matching at
 least one item of that benchmark (a document matching two benchmarks counts under both; its drop reason
@@ -25,7 +27,14 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from pipeline.decontam.index import DEFAULT_MIN_WORDS, DEFAULT_NGRAM, DEFAULT_STOCK_ITEMS, DEFAULT_TEXT_FIELDS
+from pipeline.decontam.index import (
+    DEFAULT_COMMON_ITEMS,
+    DEFAULT_EXCLUDE_FIELDS,
+    DEFAULT_MIN_WORDS,
+    DEFAULT_NGRAM,
+    DEFAULT_STOCK_ITEMS,
+)
+from pipeline.decontam.match import DEFAULT_MIN_SPAN, DEFAULT_MIN_SPAN_SHARE
 from pipeline.documents import Doc, Drop
 from pipeline.stages.base import FilterParams, FilterStage, Verdict
 
@@ -44,8 +53,16 @@ class DecontaminateParams(FilterParams):
     #: ... and is not a stock question, found in stock_items or more benchmark items (else skipped)
     stock_items: int = Field(DEFAULT_STOCK_ITEMS, ge=2)
     min_overlap: float = Field(DEFAULT_MIN_OVERLAP, gt=0.0, le=1.0)
-    #: fields of a benchmark record indexed as texts of the item (each one present; see index.DEFAULT_TEXT_FIELDS)
-    text_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_TEXT_FIELDS), min_length=1)
+    #: ... or when it holds a piece of the item of min_span words (its consecutive n-grams, stock phrases
+    #: excluded), or of at least ngram words and min_span_share of the item's text
+    min_span: int = Field(DEFAULT_MIN_SPAN, ge=1)
+    min_span_share: float = Field(DEFAULT_MIN_SPAN_SHARE, gt=0.0, le=1.0)
+    #: an n-gram found in this many benchmark items is a stock phrase: never part of a span
+    common_items: int = Field(DEFAULT_COMMON_ITEMS, ge=2)
+    #: fields of a benchmark record indexed as texts of the item (each one present); null: every text field
+    #: but exclude_fields (see index.item_texts)
+    text_fields: list[str] | None = Field(None, min_length=1)
+    exclude_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDE_FIELDS))
     id_field: str = "id"
     #: the record field naming its benchmark; without it, the file's name (``gsm8k_test.jsonl.gz``: gsm8k_test)
     benchmark_field: str = "benchmark"
@@ -54,6 +71,9 @@ class DecontaminateParams(FilterParams):
     def _short_items(self) -> DecontaminateParams:
         if self.min_words > self.ngram:
             raise ValueError(f"min_words ({self.min_words}) must not exceed ngram ({self.ngram})")
+        if self.min_span < self.ngram:
+            raise ValueError(f"min_span ({self.min_span}) must be at least ngram ({self.ngram}): a span is a run of "
+                             "n-grams")
         return self
 
 
@@ -77,15 +97,16 @@ class Decontaminate(FilterStage):
         self.preflight()  # a job run without spec validation still gets the one-line reason
         p = self.params
         return index_files(p.benchmarks, ngram=p.ngram, min_words=p.min_words, stock_items=p.stock_items,
-                           text_fields=p.text_fields, id_field=p.id_field, benchmark_field=p.benchmark_field
-                           ).to_plain()
+                           text_fields=p.text_fields, id_field=p.id_field, benchmark_field=p.benchmark_field,
+                           exclude_fields=p.exclude_fields, common_items=p.common_items).to_plain()
 
     def setup(self) -> None:
         from pipeline.decontam.index import BenchmarkIndex
         from pipeline.decontam.match import Matcher
 
         prepared = self.prepared if self.prepared is not None else self.prepare()
-        self.matcher = Matcher(BenchmarkIndex.from_plain(prepared), self.params.min_overlap)
+        p = self.params
+        self.matcher = Matcher(BenchmarkIndex.from_plain(prepared), p.min_overlap, p.min_span, p.min_span_share)
 
     def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
         if "matcher" not in self.__dict__:  # run_batch without setup (tests, notebooks)

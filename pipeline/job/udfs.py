@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from pipeline.documents import (
     DOC_SCHEMA,
     Drop,
+    docs_bytes,
     docs_to_table,
     parse_meta,
     reject_row,
@@ -74,7 +75,7 @@ class ReadFiles:
 
     def _flush(self, key: str, docs: list[dict[str, Any]], rejects: list[dict[str, Any]], dropped: Counter[str],
                t0: float) -> pa.Table:
-        size = sum(len(d["text"].encode("utf-8")) for d in docs)
+        size = docs_bytes(docs)
         self.recorder.rejects(rejects, key=key)
         self.recorder.counts(
             key=key, docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
@@ -123,7 +124,7 @@ class BatchStageRunner:
         n_in = len(docs)
         result = run_batch(self.stage, docs)
         dropped = Counter(d.reason for d in result.drops)
-        size_out = sum(len(d["text"].encode("utf-8")) for d in result.kept)
+        size_out = docs_bytes(result.kept)
         self.recorder.rejects([reject_row(d.doc, d.reason, d.detail) for d in result.drops], key=key)
         self.recorder.counts(
             key=key, docs_in=n_in, docs_out=len(result.kept), dropped=dict(dropped), bytes_in=size_in,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import orjson
 import regex
 
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Doc, Drop, dump_meta
 
 #: a dropped record keeps at most this much of its raw bytes (enough to see what went wrong)
 MAX_RAW_BYTES = 10 * 1024
@@ -54,15 +53,6 @@ def encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-#: meta's JSON: sorted keys, compact, UTF-8; dates and other values JSON has no type for as ``str(value)``
-_META_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
-
-
-def dump_meta(value: Any) -> str:
-    """One value (or the whole meta) as meta's JSON (raises TypeError for what JSON cannot hold)."""
-    return orjson.dumps(value, default=str, option=_META_OPTS).decode()
 
 
 def meta_json(record: dict[str, Any], exclude: tuple[str, ...] | set[str]) -> str:
