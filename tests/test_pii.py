@@ -43,7 +43,8 @@ def make(**params):
 
 @pytest.fixture(scope="module")
 def stage():
-    s = make(actions={"EMAIL_ADDRESS": "hash"}, salt=SALT)
+    # URL is off by default (README "PII scrubbing"); switched back on here so every pattern type is exercised
+    s = make(actions={"EMAIL_ADDRESS": "hash"}, salt=SALT, extra_entities=["URL"])
     s.setup()
     return s
 
@@ -185,13 +186,14 @@ def test_same_spans_as_plain_presidio_on_whole_documents(stage):
     detector = stage._detector
     rng = random.Random(3)
     values = list(PII) + ["12/24/2021", "ssn 123456789", "driver license A1234567", "aa:bb:cc:dd:ee:ff",
-                          "phone 0301234567", "1999-01-02", "Univ.Prof. Meyer", "12345"]
+                          "phone 0301234567", "1999-01-02", "Univ.Prof. Meyer", "12345", "ORD-2021-004512",
+                          "bug 2125550199", "1638316800", "from 10.237.66.205.", "hotel", "status 123456789"]
     texts = [" ".join(rng.choice(["word", "Zahl:", "—", "the", "call", "iban"] + values) for _ in range(30))
              for _ in range(25)]
     ours = detector.detect(texts)
     for text, mine in zip(texts, ours, strict=True):
         plain = detector.analyzer.analyze(text, language=LANGUAGE, score_threshold=detector.score_threshold)
-        assert mine == resolve([Entity(r.start, r.end, r.entity_type, r.score) for r in plain]), text
+        assert mine == resolve([Entity(r.start, r.end, r.entity_type, r.score) for r in plain], text), text
 
 
 def test_no_network_access_while_detecting(stage, monkeypatch):
@@ -259,5 +261,8 @@ def test_known_entities_match_presidio(stage):
     from pipeline.pii.stage import PATTERN_ENTITIES
 
     assert PATTERN_ENTITIES == set(all_entities())
-    assert {"EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "IBAN_CODE", "US_SSN", "URL"} <= set(
+    assert set(default_entities()) <= PATTERN_ENTITIES
+    assert {"EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IP_ADDRESS", "IBAN_CODE", "US_SSN"} <= set(
         default_entities())
+    # generic identifiers are off by default (switched on with extra_entities, tests/test_pii_precision.py)
+    assert not {"DATE_TIME", "UUID", "URL", "MAC_ADDRESS", "UK_NHS"} & set(default_entities())

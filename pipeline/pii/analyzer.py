@@ -16,8 +16,16 @@ instead of one per language, no language detection needed, and the context words
 own per-language lists plus :data:`EXTRA_CONTEXT`) apply everywhere. A national-format phone number counts as
 valid when it is valid in one of :data:`PHONE_REGIONS`, whatever the text's language.
 
-Three of Presidio's recognizers are widened where they miss real formats (:mod:`pipeline.pii.recognizers`:
-cards, phone numbers, URLs); ``build_recognizers(widen=False)`` gives Presidio's own, for comparison.
+Four of Presidio's recognizers are widened where they miss real formats (:mod:`pipeline.pii.recognizers`:
+cards, phone numbers, URLs, IBANs followed by a word) and the IP recognizer skips loopback and other
+addresses of no one; ``build_recognizers(widen=False)`` gives Presidio's own, for comparison. Short context
+words count only as whole words (:class:`ShortCueContextEnhancer`).
+
+**Default types** (:data:`DEFAULT_ENTITIES`): what identifies or reaches a person, the point of scrubbing
+training data. Generic identifiers that Presidio also finds (DATE_TIME, UUID, MAC_ADDRESS, URL) are off:
+dates, UUIDs and URLs fill documentation and code, are almost never personal, and masking them takes
+content from the model and, on text with order numbers, versions and timestamps, made most of the false
+positives. They stay available through the stage's ``entities`` / ``extra_entities``.
 """
 
 from __future__ import annotations
@@ -30,10 +38,14 @@ os.environ.setdefault("PRESIDIO_DEVICE", "cpu")
 
 from collections.abc import Iterable, Sequence  # noqa: E402
 
+import regex  # noqa: E402
 from presidio_analyzer import AnalyzerEngine, EntityRecognizer, RecognizerRegistry  # noqa: E402
+from presidio_analyzer.context_aware_enhancers import LemmaContextAwareEnhancer  # noqa: E402
 from presidio_analyzer.predefined_recognizers import (  # noqa: E402
     CreditCardRecognizer,
     EmailRecognizer,
+    IbanRecognizer,
+    IpRecognizer,
     PhoneRecognizer,
     SpacyRecognizer,
     UrlRecognizer,
@@ -48,7 +60,9 @@ from pipeline.pii.recognizers import (  # noqa: E402
     OFFLINE_TLD,
     CardRecognizer,
     HostUrlRecognizer,
+    IbanGroupsRecognizer,
     LenientPhoneRecognizer,
+    PersonalIpRecognizer,
 )
 
 #: the one language code every recognizer is registered under (spaCy's code for "multi-language")
@@ -72,10 +86,44 @@ EXTRA_CONTEXT: dict[str, list[str]] = {
 }
 
 
-#: Enabled for English by Presidio but not by tokenmill: the only check is a checksum over a bare run of
-#: digits that one random number in eleven passes, and a match that passes scores 1.0, so on
-#: ``bench/eval_pii.py`` every UK_NHS span was a phone number (US numbers are written 3-3-4, like NHS numbers).
-NOT_DEFAULT = frozenset({"UK_NHS"})
+#: What tokenmill detects unless a spec says otherwise: the types that identify or reach a person.
+#: Contact (e-mail, phone), money (card, IBAN, US bank account, crypto wallet), the connection (IP address),
+#: national and professional ids (US SSN, ITIN, passport, driver licence; DEA number; Spanish NIF/NIE;
+#: Italian fiscal code, identity card, passport, driver licence). Left out: generic identifiers (DATE_TIME,
+#: UUID, MAC_ADDRESS, URL: see the module doc) and ids checked only by a checksum over a bare run of digits,
+#: which one random number in ten or eleven passes (UK_NHS, PL_PESEL, IT_VAT_CODE: on ``bench/eval_pii.py``
+#: every UK_NHS span was a phone number, US numbers being written 3-3-4 like NHS numbers).
+DEFAULT_ENTITIES: tuple[str, ...] = (
+    "EMAIL_ADDRESS", "PHONE_NUMBER",
+    "CREDIT_CARD", "IBAN_CODE", "US_BANK_NUMBER", "CRYPTO",
+    "IP_ADDRESS",
+    "US_SSN", "US_ITIN", "US_PASSPORT", "US_DRIVER_LICENSE", "MEDICAL_LICENSE",
+    "ES_NIF", "ES_NIE", "IT_FISCAL_CODE", "IT_IDENTITY_CARD", "IT_PASSPORT", "IT_DRIVER_LICENSE",
+)
+#: context words this short must be a whole word, or a whole part of one between non-letters ("tel-nr",
+#: "ip-adresse", "0301234567-fax"); Presidio matches every context word as a substring, so "us" (passport)
+#: was found in "use" and "status", "lic" (driver licence) in "public", "tel" (phone) in "hotel", "tin"
+#: (ITIN) in "setting", "cie" (Italian identity card) in "science". Longer words keep substring matching:
+#: German compounds ("Telefonnummer", "Kontonummer") hold their cue inside.
+SHORT_CUE = 3
+_NOT_LETTERS = regex.compile(r"[^\p{L}]+")
+
+
+class ShortCueContextEnhancer(LemmaContextAwareEnhancer):
+    """Presidio's context enhancer; a context word of at most :data:`SHORT_CUE` characters counts only as a
+    whole word or word part (Presidio's ``whole_word`` mode, per part), a longer one also inside a word (its
+    ``substring`` mode)."""
+
+    @staticmethod
+    def _find_supportive_word_in_context(context_list: list[str], recognizer_context_list: list[str],
+                                         matching_mode: str = "substring") -> str:
+        words = [w.lower() for w in context_list or ()]
+        for cue in recognizer_context_list or ():
+            c = cue.lower()
+            for w in words:
+                if c in w and (len(c) > SHORT_CUE or c in _NOT_LETTERS.split(w)):
+                    return cue
+        return ""
 
 
 def presidio_recognizers() -> list[tuple[EntityRecognizer, frozenset[str]]]:
@@ -102,13 +150,17 @@ def presidio_recognizers() -> list[tuple[EntityRecognizer, frozenset[str]]]:
     return [(rec, frozenset(langs[cls])) for cls, rec in by_class.items()]
 
 
-def default_entities(recognizers: list[tuple[EntityRecognizer, frozenset[str]]] | None = None) -> list[str]:
-    """What tokenmill detects unless told otherwise: the entity types of Presidio's recognizers for English
-    (its default language, language-agnostic ones included), less :data:`NOT_DEFAULT`. Presidio registers
-    its Spanish, Italian and Polish recognizers (ES_NIF, IT_VAT_CODE, PL_PESEL, ...) for those languages
-    only; tokenmill has one language code for all text, so they are opt-in through ``entities``."""
+def default_entities() -> list[str]:
+    """What tokenmill detects unless told otherwise: :data:`DEFAULT_ENTITIES`, sorted."""
+    return sorted(DEFAULT_ENTITIES)
+
+
+def presidio_default_entities(recognizers: list[tuple[EntityRecognizer, frozenset[str]]] | None = None
+                              ) -> list[str]:
+    """What plain Presidio detects in English text: the entity types of its recognizers for English (the
+    language-agnostic ones included). For comparison in ``bench/eval_pii.py``."""
     recognizers = presidio_recognizers() if recognizers is None else recognizers
-    return sorted({e for rec, langs in recognizers if "en" in langs for e in rec.supported_entities} - NOT_DEFAULT)
+    return sorted({e for rec, langs in recognizers if "en" in langs for e in rec.supported_entities})
 
 
 def all_entities() -> list[str]:
@@ -121,11 +173,12 @@ def build_recognizers(entities: Iterable[str] | None = None, phone_regions: Sequ
     """Presidio's pattern recognizers for ``entities`` (None: :func:`default_entities`) under
     :data:`LANGUAGE`, offline.
 
-    ``widen``: credit cards, phone numbers and URLs by :mod:`pipeline.pii.recognizers` (default), else by
-    Presidio's own recognizers with their default settings (for comparison; ``phone_regions`` unused).
+    ``widen``: credit cards, phone numbers, URLs and IP addresses by :mod:`pipeline.pii.recognizers`
+    (default), else by Presidio's own recognizers with their default settings (for comparison;
+    ``phone_regions`` unused).
     """
     presidio = presidio_recognizers()
-    wanted = set(default_entities(presidio) if entities is None else entities)
+    wanted = set(default_entities() if entities is None else entities)
     out = []
     for rec, _ in presidio:
         if not wanted.intersection(rec.supported_entities):
@@ -134,6 +187,11 @@ def build_recognizers(entities: Iterable[str] | None = None, phone_regions: Sequ
             rec = OfflineEmailRecognizer(supported_language=LANGUAGE, context=rec.context)
         elif widen and isinstance(rec, CreditCardRecognizer):
             rec = CardRecognizer(supported_language=LANGUAGE, context=rec.context)
+        elif widen and isinstance(rec, IpRecognizer):
+            rec = PersonalIpRecognizer(supported_language=LANGUAGE, context=rec.context)
+        elif widen and isinstance(rec, IbanRecognizer):
+            rec = IbanGroupsRecognizer(supported_language=LANGUAGE, context=rec.context,
+                                       regex_flags=rec.global_regex_flags)
         elif widen and isinstance(rec, UrlRecognizer):
             rec = HostUrlRecognizer(supported_language=LANGUAGE, context=rec.context)
         elif widen and isinstance(rec, PhoneRecognizer):
@@ -150,11 +208,15 @@ def build_recognizers(entities: Iterable[str] | None = None, phone_regions: Sequ
     return out
 
 
-def build_analyzer(recognizers: list[EntityRecognizer] | None = None) -> AnalyzerEngine:
-    """A Presidio ``AnalyzerEngine`` on ``recognizers`` (default: :func:`build_recognizers`), no model, offline."""
+def build_analyzer(recognizers: list[EntityRecognizer] | None = None, short_cues: bool = True) -> AnalyzerEngine:
+    """A Presidio ``AnalyzerEngine`` on ``recognizers`` (default: :func:`build_recognizers`), no model, offline;
+    ``short_cues``: short context words must be whole words (:class:`ShortCueContextEnhancer`), else
+    Presidio's own enhancer (for comparison)."""
     recognizers = build_recognizers() if recognizers is None else recognizers
     registry = RecognizerRegistry(recognizers=recognizers, supported_languages=[LANGUAGE])
-    return AnalyzerEngine(registry=registry, nlp_engine=TokenNlpEngine([LANGUAGE]), supported_languages=[LANGUAGE])
+    enhancer = ShortCueContextEnhancer() if short_cues else LemmaContextAwareEnhancer()
+    return AnalyzerEngine(registry=registry, nlp_engine=TokenNlpEngine([LANGUAGE]), supported_languages=[LANGUAGE],
+                          context_aware_enhancer=enhancer)
 
 
 class OfflineEmailRecognizer(EmailRecognizer):

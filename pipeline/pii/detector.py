@@ -7,12 +7,15 @@ never on text that cannot hold a match:
 1. each recognizer runs only on the windows of its gate (:mod:`pipeline.pii.prefilter`), not on the
    whole document, many windows per call (:meth:`PiiDetector._run`); phone numbers last, skipping digits
    already inside a checksum-validated match;
-2. Presidio's ``LemmaContextAwareEnhancer`` raises the scores of matches with a context word among the 5
-   words before them. Only the words it can look at are split into words
+2. Presidio's ``LemmaContextAwareEnhancer`` (short context words as whole words only:
+   :class:`~pipeline.pii.analyzer.ShortCueContextEnhancer`) raises the scores of matches with a context word
+   among the 5 words before them. Only the words it can look at are split into words
    (:func:`~pipeline.pii.prefilter.context_start`; words never cross whitespace, so they are those of the
    whole text), and only where it can change the score;
 3. matches under the score threshold go, then Presidio's ``remove_duplicates``;
-4. :func:`resolve` leaves one entity per character, so what is annotated is exactly what is replaced.
+4. :func:`resolve` drops the matches that are not of their type (:mod:`pipeline.pii.validity`: an IP
+   address is never a phone number, nor an order number, a Unix time or an ISBN), then leaves one entity
+   per character, so what is annotated is exactly what is replaced.
 
 ``bench/eval_pii.py`` checks that this gives the same spans as ``AnalyzerEngine.analyze`` on whole documents.
 """
@@ -26,12 +29,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import regex
 from presidio_analyzer import EntityRecognizer, PatternRecognizer, RecognizerResult
 from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 
-from pipeline.pii.analyzer import LANGUAGE, PHONE_REGIONS, build_analyzer, build_recognizers
-from pipeline.pii.prefilter import GATES, STRONG_GATES, Prefilter, Rule, Window, context_start
+from pipeline.pii.analyzer import LANGUAGE, PHONE_REGIONS, SHORT_CUE, build_analyzer, build_recognizers
+from pipeline.pii.prefilter import ESCAPED_BREAK, GATES, STRONG_GATES, Prefilter, Rule, Window, context_start
 from pipeline.pii.recognizers import RUN, RUN_PAD
+from pipeline.pii.validity import arbitrate
 
 #: between windows read in one recognizer call: a line break (no pattern spans one; the phone matcher's
 #: punctuation has none) and an empty line
@@ -76,8 +81,9 @@ class PiiDetector:
         self.analyzer = build_analyzer(self.recognizers)
         self.entities = sorted({e for r in self.recognizers for e in r.supported_entities})
         self.score_threshold = score_threshold
-        #: per recognizer id: a regex finding any of its context words (absent: it has none)
-        self._cue_res = {r.id: re.compile(_cue_regex(r.context)) for r in self.recognizers if r.context}
+        #: per recognizer id: a fast regex finding any of its context words, and the exact one (absent: none)
+        self._cue_res = {r.id: (re.compile(_cue_regex(r.context)), regex.compile(_exact_cue_regex(r.context)))
+                         for r in self.recognizers if r.context}
         rules = self._rules()
         self.prefilter = Prefilter(rules, sorted(set(self.entities) - {r.entity for r in rules}))
         self._by_entity: dict[str, list[EntityRecognizer]] = {}
@@ -114,7 +120,7 @@ class PiiDetector:
         # there would overlap it and lose to it anyway (:func:`resolve` keeps the higher score)
         certain = [_union(sorted((r.start, r.end) for r in rs if r.score >= 1.0)) for rs in raw]
         for rec, items in phone_jobs:
-            todo = [(i, w) for i, w in items if not all(
+            todo = [(i, w) for i, w in items if not certain[i] or not all(
                 _inside(m.start(), m.end(), certain[i]) for m in RUN.finditer(texts[i], w.start, w.end))]
             self._run(rec, texts, todo, raw)
         found = []
@@ -125,7 +131,7 @@ class PiiDetector:
         if self.ner is not None:
             for spans, ner_spans in zip(found, self.ner.find(texts), strict=True):
                 spans.extend(ner_spans)
-        return [resolve(spans) for spans in found]
+        return [resolve(spans, text) for text, spans in zip(texts, found, strict=True)]
 
     def _rules(self) -> list[Rule]:
         """The prefilter's rules: each entity type's gate, narrowed by context words where the threshold allows.
@@ -147,9 +153,9 @@ class PiiDetector:
                 elif e not in GATES:
                     continue
                 elif plain and cue and max(p.score for p in rec.patterns) < self.score_threshold:
-                    rules.append(Rule(e, GATES[e], cue))
+                    rules.append(Rule(e, GATES[e], cue, exact=_exact_cue_regex(rec.context)))
                 elif plain and cue and e in STRONG_GATES and STRONG_GATES[e][2] < self.score_threshold:
-                    rules += [Rule(e, STRONG_GATES[e][0]), Rule(e, GATES[e], cue)]
+                    rules += [Rule(e, STRONG_GATES[e][0]), Rule(e, GATES[e], cue, exact=_exact_cue_regex(rec.context))]
                 else:
                     rules.append(Rule(e, GATES[e]))
         return rules
@@ -203,7 +209,8 @@ class PiiDetector:
             if r.score < 1.0 and cues is not None:
                 # whole words: the word a match ends in is one of the words searched ("...-Fax")
                 lo, hi = context_start(text, r.start), self.prefilter.snap_right(text, r.end)
-                if cues.search(text[lo:hi].lower()):
+                low = text[lo:hi].lower()
+                if cues[0].search(low) and cues[1].search(ESCAPED_BREAK.sub("  ", low)):
                     todo.append((lo, hi, r))
                     continue
             out.append(r)
@@ -248,15 +255,30 @@ def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _cue_regex(words: list[str]) -> str:
+    """A regex finding any of the context ``words`` in lower-cased text, also inside a word: a superset of
+    where the context enhancer counts one, and fast (literal alternatives)."""
     return "|".join(re.escape(w.lower()) for w in words)
 
 
-def resolve(spans: list[Entity]) -> list[Entity]:
+def _exact_cue_regex(words: list[str]) -> str:
+    """A regex (``regex`` module) finding the context ``words`` in lower-cased text where the context enhancer
+    (:class:`~pipeline.pii.analyzer.ShortCueContextEnhancer`) can count one: a word of at most
+    :data:`~pipeline.pii.analyzer.SHORT_CUE` characters only between non-letters ("tel" in "tel.:", not in
+    "hotel"), a longer one anywhere. Slower than :func:`_cue_regex`: for short texts only."""
+    return "|".join(re.escape(w.lower()) if len(w) > SHORT_CUE else rf"(?<!\p{{L}}){re.escape(w.lower())}(?!\p{{L}})"
+                    for w in words)
+
+
+def resolve(spans: list[Entity], text: str | None = None) -> list[Entity]:
     """Drop overlaps: a higher score wins, then a longer span, then the earlier one; result in text order.
+    Given the ``text``, first drop the spans that are not of their type (:func:`~pipeline.pii.validity.arbitrate`):
+    validity decides between readings, the score only between valid ones.
 
     Presidio only removes a match contained in another of the same type, so a number can come back as both
-    PHONE_NUMBER and DATE_TIME; one entity per character keeps replacement and annotation unambiguous.
+    PHONE_NUMBER and US_BANK_NUMBER; one entity per character keeps replacement and annotation unambiguous.
     """
+    if text is not None:
+        spans = arbitrate(text, spans)
     starts: list[int] = []  # the kept spans, sorted by start; they never overlap, so neighbours decide
     kept: list[Entity] = []
     for e in sorted(spans, key=lambda e: (-e.score, -(e.end - e.start), e.start, e.type)):

@@ -66,8 +66,9 @@ GATES: dict[str, str] = {
     "UK_NHS": r"\d{3}[- ]?\d{3}[- ]?\d{4}",
     "ES_NIF": r"\d{7}-?[a-z]",
     "ES_NIE": r"\d{7}-?[a-z]",
-    # 6 letters, the year (digits, or letters for omocodia), the month letter
-    "IT_FISCAL_CODE": r"[a-z]{6}[0-9lmnp-v]{2}[a-ehlmpr-t]",
+    # 6 letters, the year and the day (digits, or letters for omocodia) around the month letter, the first
+    # letter of the place code: a shorter gate opened a window on every long English word
+    "IT_FISCAL_CODE": r"[a-z]{6}[0-9lmnp-v]{2}[a-ehlmpr-t][0-9lmnp-v]{2}[a-mz]",
     "IT_DRIVER_LICENSE": r"(?<=[a-z]{2})\d{7}|u1[0-9a-z]{7}",
     "IT_VAT_CODE": r"\d(?:[ _]?\d){10}",
     "IT_IDENTITY_CARD": r"(?<=[a-z]{2}\s?)\d{5}|\d{7}[a-z]",
@@ -97,12 +98,15 @@ class Window(NamedTuple):
 class Rule(NamedTuple):
     """Open windows for ``entity`` around matches of ``gate``, ``reach`` characters before and after; with a
     ``cue`` (a regex of lower-case context words), only windows where it occurs, in them or in the words
-    before them that Presidio's context enhancer can look at (:func:`context_start`)."""
+    before them that Presidio's context enhancer can look at (:func:`context_start`); ``exact``, when given,
+    is the stricter form of ``cue`` checked there (a short word only between non-letters), ``cue`` the fast
+    one that finds the texts to scan."""
 
     entity: str
     gate: str
     cue: str | None = None
     reach: tuple[int, int] = (REACH, REACH)
+    exact: str | None = None
 
 
 class Prefilter:
@@ -110,36 +114,37 @@ class Prefilter:
     Entity types in ``ungated`` (a custom recognizer, no known gate) get the whole text as their window."""
 
     def __init__(self, rules: Iterable[Rule], ungated: Iterable[str] = ()):
-        by_key: dict[tuple[str, str | None, tuple[int, int]], list[str]] = {}
+        by_key: dict[tuple[str, str | None, tuple[int, int], str | None], list[str]] = {}
         for rule in rules:
-            by_key.setdefault((rule.gate, rule.cue, rule.reach), []).append(rule.entity)
-        #: (gate, cue or None, reach, the entity types they open), one per distinct rule
-        self.groups = [(regex.compile(g, _FLAGS), re.compile(c) if c else None, reach, tuple(es))
-                       for (g, c, reach), es in by_key.items()]
+            by_key.setdefault((rule.gate, rule.cue, rule.reach, rule.exact), []).append(rule.entity)
+        #: (gate, cue or None, reach, the entity types they open, the exact cue), one per distinct rule
+        self.groups = [(regex.compile(g, _FLAGS), re.compile(c) if c else None, reach, tuple(es),
+                        regex.compile(x) if x else re.compile(c) if c else None)
+                       for (g, c, reach, x), es in by_key.items()]
         self.ungated = tuple(ungated)
 
     def windows(self, texts: list[str]) -> list[list[Window]]:
         """Per text, its windows in order of start (windows of different gates may overlap).
 
         A gate scans all texts joined by :data:`SEPARATOR` at once (one regex call per gate and batch); a
-        gate with a cue scans only the texts where the cue occurs at all.
+        gate with a cue scans only the texts where the cue occurs at all (found in the lower-cased texts
+        joined, one search per text that has it).
         """
         joined = SEPARATOR.join(texts)
         offsets = list(itertools.accumulate((len(t) + len(SEPARATOR) for t in texts), initial=0))
         out: list[list[Window]] = [[Window(0, len(t), self.ungated)] if self.ungated and t else [] for t in texts]
-        lowered: list[str] | None = None
-        for gate, cue, reach, entities in self.groups:
+        lowered: tuple[str, list[int]] | None = None
+        for gate, cue, reach, entities, exact in self.groups:
             if cue is None:
                 matches = ((m.start(), m.end()) for m in gate.finditer(joined))
             else:
-                lowered = lowered or [t.lower() for t in texts]
+                lowered = lowered or _lowered(texts)
                 matches = ((offsets[i] + m.start(), offsets[i] + m.end())
-                           for i, (t, low) in enumerate(zip(texts, lowered, strict=True)) if cue.search(low)
-                           for m in gate.finditer(t))
+                           for i in _texts_with(cue, *lowered) for m in gate.finditer(texts[i]))
             for text, found, windows in zip(texts, self._windows(texts, offsets, matches, reach, entities), out,
                                             strict=True):
-                windows.extend(w for w in found if cue is None
-                               or cue.search(text[context_start(text, w.start) : w.end].lower()))
+                windows.extend(w for w in found if exact is None or exact.search(
+                    ESCAPED_BREAK.sub("  ", text[context_start(text, w.start) : w.end].lower())))
         return [sorted(ws) for ws in out]
 
     def _windows(self, texts: list[str], offsets: list[int], matches: Iterable[tuple[int, int]],
@@ -178,6 +183,27 @@ class Prefilter:
         while pos < hi and not text[pos].isspace():
             pos += 1
         return pos
+
+
+#: a line break or tab written as an escape: the NLP engine reads it as whitespace (:mod:`pipeline.pii.nlp`)
+ESCAPED_BREAK = re.compile(r"\\[nrt]")
+
+
+def _lowered(texts: list[str]) -> tuple[str, list[int]]:
+    """The lower-cased texts joined by :data:`SEPARATOR` and where each starts (lower-casing may change a
+    text's length, so these offsets are their own)."""
+    low = [t.lower() for t in texts]
+    return SEPARATOR.join(low), list(itertools.accumulate((len(t) + len(SEPARATOR) for t in low), initial=0))
+
+
+def _texts_with(cue: re.Pattern[str], joined: str, offsets: list[int]) -> list[int]:
+    """The indices of the texts in which ``cue`` occurs, by one search per such text over ``joined``."""
+    found, pos = [], 0
+    while (m := cue.search(joined, pos)) is not None:
+        i = bisect.bisect_right(offsets, m.start()) - 1
+        found.append(i)
+        pos = offsets[i + 1]
+    return found
 
 
 def context_start(text: str, pos: int) -> int:

@@ -18,11 +18,16 @@ and 73 % of the phone numbers, and a third of their URLs are not URLs. The misse
 - **URLs.** Presidio's pattern stops at the first top-level domain it knows: "citadel.biz" gives
   "citadel.bi", the abbreviation "Univ.Prof." gives the URL "Univ.Pro". :class:`HostUrlRecognizer`
   matches to the end of the host name and drops scheme-less matches that read as abbreviations.
+- **IBANs.** Under the configuration's case-insensitive matching the IBAN pattern runs on into the next word
+  and the checksum of the longer match fails: :class:`IbanGroupsRecognizer`.
+- **IP addresses.** :class:`PersonalIpRecognizer` leaves out loopback, unspecified, multicast and reserved
+  addresses, and finds an IPv6 address before a clause-ending colon.
 """
 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 
 import phonenumbers
@@ -31,7 +36,13 @@ import tldextract
 from phonenumbers import PhoneMetadata
 from presidio_analyzer import EntityRecognizer, Pattern, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
-from presidio_analyzer.predefined_recognizers import CreditCardRecognizer, PhoneRecognizer, UrlRecognizer
+from presidio_analyzer.predefined_recognizers import (
+    CreditCardRecognizer,
+    IbanRecognizer,
+    IpRecognizer,
+    PhoneRecognizer,
+    UrlRecognizer,
+)
 
 #: 12-19 digits (ISO/IEC 7812 card lengths) starting with an issuer prefix (Visa 4, Mastercard 51-55 and
 #: 2221-2720, Amex 34/37, Diners 30/36/38, Discover 6011/644-649/65, JCB 35 and 2131/1800, Maestro 50/56-69,
@@ -73,6 +84,49 @@ class CardRecognizer(CreditCardRecognizer):
     def validate_result(self, pattern_text: str) -> bool:
         digits = EntityRecognizer.sanitize_value(pattern_text, self.replacement_pairs)
         return 12 <= len(digits) <= 19 and super().validate_result(pattern_text)
+
+
+#: one group of four of an IBAN: glued to the one before, or after a space or hyphen holding a digit or in
+#: upper case ("WEST" in "GB82 WEST 1234"): not a lower-case word ("about")
+_IBAN_GROUP = r"(?:[A-Z0-9]{4}|[ -](?:(?-i:[A-Z]{4})|(?=[A-Z0-9]{0,3}\d)[A-Z0-9]{4}))"
+
+
+class IbanGroupsRecognizer(IbanRecognizer):
+    """Presidio's IBAN recognizer and checksum; a spaced group of four must not be a lower-case word.
+
+    Presidio's configuration runs every pattern case-insensitively (which finds "gb42nawi0445..."); its IBAN
+    pattern, written for upper case, then takes the next word as one more group ("DE89 3704 0044 0532 0130 00
+    about" ends in "abou") and the checksum of that fails, so an IBAN followed by a word was missed."""
+
+    PATTERNS = [Pattern(p.name, p.regex.replace(r"(?:[ -]?[A-Z0-9]{4})", _IBAN_GROUP), p.score)
+                for p in IbanRecognizer.PATTERNS]
+    assert all(_IBAN_GROUP in p.regex for p in PATTERNS), "Presidio's IBAN regex changed"
+
+
+def _colon_after(pattern: Pattern) -> Pattern:
+    """Presidio's IPv6 pattern, also before a colon that ends a clause ("from 2001:db8::1: refused"); its
+    lookahead refuses any ":" after the address."""
+    tail = r"(?![\w:]|\.\d)"
+    if not pattern.regex.endswith(tail):
+        return pattern
+    return Pattern(pattern.name, pattern.regex[: -len(tail)] + r"(?:" + tail + r"|(?=:(?:\s|$)))", pattern.score)
+
+
+class PersonalIpRecognizer(IpRecognizer):
+    """Presidio's IP recognizer (its patterns, its ``ipaddress`` check) less the addresses that reach no person
+    or host of one: loopback (``127.0.0.1``, ``::1``), unspecified (``0.0.0.0``), multicast, and IPv4's
+    reserved 240/4, which holds the broadcast address and the netmasks ``255.255.255.0``. Documentation and
+    configuration text is full of these; scrubbing them removes content and protects no one. An IPv6 address
+    before a clause-ending colon is found too (:func:`_colon_after`)."""
+
+    PATTERNS = [_colon_after(p) for p in IpRecognizer.PATTERNS]
+    assert any(p is not q for p, q in zip(PATTERNS, IpRecognizer.PATTERNS, strict=True)), "IPv6 regex changed"
+
+    def invalidate_result(self, pattern_text: str) -> bool | None:
+        if super().invalidate_result(pattern_text):
+            return True
+        ip = ipaddress.ip_interface(pattern_text).ip
+        return ip.is_loopback or ip.is_unspecified or ip.is_multicast or (ip.version == 4 and ip.is_reserved)
 
 
 def _whole_label(pattern: str) -> str:

@@ -15,6 +15,10 @@ response segments are handled one by one, so the split survives redaction.
 Detection (:mod:`pipeline.pii.detector`) runs Presidio's pattern recognizers on candidate windows only, all
 text under one language code (:mod:`pipeline.pii.analyzer` says why); ``spacy_model`` adds PERSON/LOCATION
 from a spaCy pipeline given by path. Presidio is imported in ``setup``, once per worker.
+
+Default types: those that identify or reach a person (``pipeline.pii.analyzer.DEFAULT_ENTITIES``);
+``extra_entities: [DATE_TIME, UUID, URL, MAC_ADDRESS]`` adds generic ones to them, ``entities`` replaces
+the whole set.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ PATTERN_ENTITIES = frozenset(GATES) | {"PHONE_NUMBER"}
 class PiiParams(StageParams):
     #: ``redact``: rewrite the text; ``annotate``: only ``meta["pii"]``
     mode: Literal["redact", "annotate"] = "redact"
-    #: pattern entity types to find; None: ``pipeline.pii.analyzer.default_entities()`` (Presidio's
-    #: recognizers for English and the language-agnostic ones, UK_NHS left out)
+    #: pattern entity types to find; None: ``pipeline.pii.analyzer.DEFAULT_ENTITIES`` (the types that identify
+    #: or reach a person; DATE_TIME, UUID, URL, MAC_ADDRESS, UK_NHS, PL_PESEL, IT_VAT_CODE left out)
     entities: list[str] | None = Field(None, min_length=1)
+    #: types added to ``entities`` (or to the default set): ``[DATE_TIME, UUID]`` switches those back on
+    extra_entities: list[str] = Field(default_factory=list)
     #: action per entity type; types not listed get ``default_action``
     actions: dict[str, Action] = Field(default_factory=dict)
     default_action: Action = "placeholder"
@@ -64,9 +70,10 @@ class PiiParams(StageParams):
 
     @model_validator(mode="after")
     def _known(self) -> PiiParams:
-        unknown = sorted(set(self.entities or ()) - PATTERN_ENTITIES)
-        if unknown:
-            raise ValueError(f"entities: unknown {unknown} (known: {', '.join(sorted(PATTERN_ENTITIES))})")
+        for field in ("entities", "extra_entities"):
+            unknown = sorted(set(getattr(self, field) or ()) - PATTERN_ENTITIES)
+            if unknown:
+                raise ValueError(f"{field}: unknown {unknown} (known: {', '.join(sorted(PATTERN_ENTITIES))})")
         known = PATTERN_ENTITIES | set(self.ner_entities)
         if unknown := sorted(set(self.actions) - known):
             raise ValueError(f"actions: unknown entity types {unknown}")
@@ -98,12 +105,15 @@ class PiiStage(Stage):
 
     def setup(self) -> None:
         from pipeline.pii.actions import Redactor
-        from pipeline.pii.analyzer import PHONE_REGIONS
+        from pipeline.pii.analyzer import PHONE_REGIONS, default_entities
         from pipeline.pii.detector import PiiDetector
 
         p = self.params
+        entities = p.entities
+        if p.extra_entities:
+            entities = sorted(set(entities or default_entities()) | set(p.extra_entities))
         self._detector = PiiDetector(
-            entities=p.entities, score_threshold=p.score_threshold, phone_regions=p.phone_regions or PHONE_REGIONS,
+            entities=entities, score_threshold=p.score_threshold, phone_regions=p.phone_regions or PHONE_REGIONS,
             spacy_model=p.spacy_model, ner_entities=p.ner_entities,
         )
         self._redactor = Redactor(p.actions, p.default_action, p.salt, p.hash_chars)
