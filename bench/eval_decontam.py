@@ -31,13 +31,13 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
 from bench.common import CORPORA, iter_jsonl  # noqa: E402
-from bench.decontam_probe import KINDS, build_probe  # noqa: E402
+from bench.decontam_probe import BENCH_FILES, KINDS, build_probe  # noqa: E402
 from pipeline.decontam.index import read_items  # noqa: E402
 from pipeline.decontam.ngrams import words  # noqa: E402
 from pipeline.decontam.stage import Decontaminate  # noqa: E402
 from pipeline.stages.base import StageContext, run_batch  # noqa: E402
 
-SETS = ("gsm8k_test.jsonl.gz", "humaneval.jsonl.gz", "mmlu_test.jsonl.gz", "truthfulqa.jsonl.gz")
+SETS = tuple(BENCH_FILES.values())
 CLEAN = ("english/python_docs.jsonl.gz", "english/usr_share_doc.jsonl.gz", "english/debian_handbook.jsonl.gz",
          "english/debian_docs.jsonl.gz", "english/manpages_en.jsonl.gz", "english/gutenberg.jsonl.gz",
          "english/shakespeare.jsonl.gz", "english/bible_kjv.jsonl.gz", "english/jargon.jsonl.gz",

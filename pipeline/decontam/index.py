@@ -6,7 +6,7 @@ TruthfulQA), so a worker's only set-up is a dict of the vocabulary and a bit fil
 
 **What is indexed.** Every text field of a record (``prompt``, ``canonical_solution``, ``question``,
 ``answer``, MMLU's ``choices``, TruthfulQA's answers...) but ids, metadata and HumanEval's ``test`` harness
-(:data:`DEFAULT_EXCLUDE_FIELDS`), each as a text of its own, and the fields laid end to end (:func:`item_texts`):
+(:data:`DEFAULT_EXCLUDE_FIELDS`), each as a text of its own, and the fields laid end to end (:func:`unit_words`):
 a page may hold the solution alone, the question alone, or half of the whole item. Before, only ``text``,
 ``question`` and ``prompt`` were read, and a copied solution or answer was never found.
 

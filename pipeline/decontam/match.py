@@ -50,7 +50,7 @@ class Match:
                 "exact": self.exact, "span": self.span, "field": self.field, "rule": self.rule}
 
 
-def _rule(overlap: float, exact: bool, span: int, short: bool, min_overlap: float) -> str:
+def _rule(overlap: float, short: bool, min_overlap: float) -> str:
     if short:
         return "whole"
     return "overlap" if overlap >= min_overlap else "span"
@@ -137,17 +137,13 @@ class Matcher:
         # long texts: the text's windows found (overlap), and its longest run of consecutive windows found
         # with no stock phrase among them (a span of the item, in words)
         pair = np.unique(doc * len(idx.keys) + pos)
-        d, text, gram = self._owners(pair // len(idx.keys), pair % len(idx.keys), with_pos=True)
-        key_common = np.repeat(idx.common[pair % len(idx.keys)], np.diff(idx.offsets)[pair % len(idx.keys)])
+        key = pair % len(idx.keys)
+        d, text, gram, key_common = self._owners(pair // len(idx.keys), key, idx.common[key], with_pos=True)
         long = idx.text_words[text] >= idx.ngram
-        d, text, gram, key_common = d[long], text[long], gram[long], key_common[long]
         stride = int(idx.text_grams.max()) + 2 if n_texts else 2  # a gap between two texts' positions
-        at = (d * n_texts + text) * stride + gram
-        order = np.argsort(at, kind="stable")
-        at, key_common = at[order], key_common[order]
-        fresh = np.ones(len(at), dtype=bool)
-        fresh[1:] = at[1:] != at[:-1]  # a window at one position, counted once
-        at, key_common = at[fresh], key_common[fresh]
+        # (document, text, window position), each once, in order
+        at, first = np.unique((d[long] * n_texts + text[long]) * stride + gram[long], return_index=True)
+        key_common = key_common[long][first]
         code, hits = np.unique(at // stride, return_counts=True)
         ratio = hits / idx.text_grams[code % n_texts]
         longest = np.zeros(len(code), dtype=np.int64)
@@ -158,12 +154,12 @@ class Matcher:
             run_len = np.diff(np.append(run_start, len(rare)))
             owner = np.searchsorted(code, rare[run_start] // stride)
             np.maximum.at(longest, owner, run_len)
-        words_ = np.where(longest > 0, longest + idx.ngram - 1, 0)
-        keep = (ratio >= self.min_overlap) | (words_ >= self.min_span) | (
-            (words_ >= idx.ngram) & (words_ >= self.min_span_share * idx.text_words[code % n_texts]))
+        span_words = np.where(longest > 0, longest + idx.ngram - 1, 0)
+        keep = (ratio >= self.min_overlap) | (span_words >= self.min_span) | (
+            (span_words >= idx.ngram) & (span_words >= self.min_span_share * idx.text_words[code % n_texts]))
         found.append(code[keep])
         overlap.append(ratio[keep])
-        span.append(words_[keep])
+        span.append(span_words[keep])
         exact.append(np.zeros(keep.sum(), dtype=bool))
         for j in np.flatnonzero(ratio[keep] >= 1.0):  # every n-gram found: in one piece?
             d_j, t_j = divmod(int(found[0][j]), n_texts)
@@ -193,7 +189,7 @@ class Matcher:
             i = int(idx.text_item[t])
             out[d_c].append(Match(idx.benchmarks[idx.item_bench[i]], idx.item_ids[i], o, e,
                                   int(idx.text_words[t]), w, idx.fields[idx.text_field[t]],
-                                  _rule(o, e, w, int(idx.text_words[t]) < idx.ngram, self.min_overlap)))
+                                  _rule(o, int(idx.text_words[t]) < idx.ngram, self.min_overlap)))
         return [_best_first(in_doc) for in_doc in out]
 
     def _owners(self, doc: np.ndarray, pos: np.ndarray, *extra: np.ndarray, with_pos: bool = False

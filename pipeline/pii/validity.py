@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING
 
 import regex
 
+from pipeline.pii.prefilter import ESCAPED_BREAK
+
 if TYPE_CHECKING:
     from pipeline.pii.detector import Entity
 
@@ -116,7 +118,6 @@ _LABEL = regex.compile(r"([\p{L}\p{M}]+)(?:-\d{1,2})?[\W_]*$")
 _JOIN = regex.compile(r"\s*/\s*|\s+-\s+|[,;]\s*")
 _SPACED_JOIN = regex.compile(r"\s/\s|\s-\s|[,;]")
 #: a line break or tab written as an escape (text double-escaped through JSON): whitespace between words
-_ESCAPED_BREAK = regex.compile(r"\\[nrt]")
 _IP_CHARS = frozenset("0123456789abcdefABCDEF:.%")
 _IP_RUN = regex.compile(r"[0-9A-Fa-f:.%]+")
 _DATES = (
@@ -326,7 +327,7 @@ def _words_before(text: str, start: int) -> list[str]:
     as the word it ends in (:data:`_LABEL`: "ISBN-13:" -> "isbn", "Tel./Fax" -> "fax"); one that ends in a
     value as "" ("CWE-175": labels stop there); one of punctuation only is skipped ("|", "—", "#")."""
     lo = max(0, start - _LOOK_BACK)
-    tokens = _ESCAPED_BREAK.sub("  ", text[lo:start]).split()
+    tokens = ESCAPED_BREAK.sub("  ", text[lo:start]).split()
     if tokens and lo > 0 and not text[lo - 1].isspace():
         tokens = tokens[1:]  # cut by the look-back: not a whole token
     out = []
