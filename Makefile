@@ -34,6 +34,7 @@ demo: setup
 test: setup-test
 	scripts/install_chromium.sh  # Debian's chromium + chromedriver for the dashboard test (needs the registry)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	scripts/netns.sh $(PY) -m pytest -q
 
 clean:

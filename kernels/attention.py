@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 BACKENDS = ("flash_attn", "varlen", "flex", "sdpa", "reference")
 
@@ -88,8 +89,6 @@ class DocMask:
 
     def block_mask(self):
         if "block" not in self._cache:
-            from torch.nn.attention.flex_attention import create_block_mask
-
             ids = self.seq_ids
 
             def doc_causal(b, h, q_idx, kv_idx):
@@ -119,7 +118,7 @@ def _once(find):
 @_once
 def _flash_attn_func():
     try:
-        from flash_attn import flash_attn_varlen_func
+        from flash_attn import flash_attn_varlen_func  # optional: a CUDA build of its own, often absent
     except Exception:  # not installed, or built against another torch/CUDA
         return None
     return flash_attn_varlen_func
@@ -130,7 +129,7 @@ def _torch_varlen():
     """PyTorch's varlen entry point and how to ask it for causal attention: ``window_size=(-1, 0)``
     from 2.11 on, ``is_causal=True`` in 2.10; ``enable_gqa`` only where the signature has it."""
     try:
-        from torch.nn.attention.varlen import varlen_attn
+        from torch.nn.attention.varlen import varlen_attn  # probed here: only in torch >= 2.10
     except ImportError:
         return None
     params = inspect.signature(varlen_attn).parameters
@@ -182,8 +181,6 @@ def select_backend(device: torch.device | str, requested: str = "auto", training
 
 @functools.cache
 def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
-
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -215,8 +212,6 @@ def doc_attention(
         return out.view(b, s, h, d)
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
     if backend == "flex":
-        from torch.nn.attention.flex_attention import flex_attention
-
         # inside a compiled block the plain function is traced into the graph; eager CUDA calls go
         # through a compiled wrapper (eager FlexAttention materializes the scores)
         fn = _compiled_flex() if q.is_cuda and not torch.compiler.is_compiling() else flex_attention

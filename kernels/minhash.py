@@ -480,7 +480,7 @@ def _resolve_device(device: str) -> str:
     if device == "cpu":
         return "cpu"
     try:
-        import torch
+        import torch  # optional: the numpy path needs no torch, and importing it costs seconds
     except ImportError:
         torch = None
     has_cuda = torch is not None and torch.cuda.is_available()
@@ -493,7 +493,7 @@ def _permute_min_torch(
     h: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, device: str, out: np.ndarray
 ) -> np.ndarray:
     """The affine32 permutation + per-document min in torch (int64 arithmetic, low 32 bits kept)."""
-    import torch
+    import torch  # optional: see _resolve_device
 
     dev = torch.device(device)
     at = torch.as_tensor(a.astype(np.int64), device=dev)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.demo_corpus import build_demo_corpus
 from pipeline.preflight import load_checked
 from pipeline.spec import JobSpec
 from pipeline.stages import REGISTRY
@@ -19,8 +20,6 @@ DEMO_STAGES = [
 
 
 def demo_spec(out_dir: Path, max_bytes: int = 20_000_000, parallelism: int | None = None) -> JobSpec:
-    from pipeline.demo_corpus import build_demo_corpus
-
     out_dir.mkdir(parents=True, exist_ok=True)
     corpus = out_dir / "corpus"
     build_demo_corpus(corpus, max_bytes=max_bytes)

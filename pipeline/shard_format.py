@@ -11,7 +11,7 @@ here is treated as hostile: :meth:`Manifest.validate` is the one strict schema t
 :meth:`Manifest.to_json`), the loader and ``inspect`` all apply, every read is bounded (the manifest
 by :data:`MAX_MANIFEST_BYTES`, a shard by its own ``bytes`` entry), and every problem is a
 :class:`ShardFormatError` whose one-line message names the field or member and never echoes file bytes.
-This module imports nothing but the standard library and numpy so the trainer can use it alone.
+This module imports nothing of ours but :mod:`pipeline.storage` (its one atomic write) so the trainer can use it alone.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+from numpy.lib import format as npy_format
+
+from pipeline import storage
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -88,8 +91,6 @@ MEMBER_DTYPES: dict[str, frozenset[str]] = {
 
 def _npy_header_slow(header: bytes, major: int, what: str) -> tuple[str, int]:
     """Any other valid header, through numpy's reader (literal_eval of at most MAX_NPY_HEADER bytes)."""
-    from numpy.lib import format as npy_format
-
     size = len(header).to_bytes(2 if major == 1 else 4, "little")
     reader = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
     try:
@@ -281,7 +282,7 @@ def _tar_bytes_direct(samples: list[dict[str, bytes | str]]) -> bytes | None:
 
 def _tar_bytes_wds(samples: list[dict[str, bytes | str]]) -> bytes:
     """The reference writer (and the one for members :func:`_tar_bytes_direct` leaves to it)."""
-    import webdataset as wds
+    import webdataset as wds  # lazy: imports torch when it is installed (1 s), only for the reference writer
 
     buf = io.BytesIO()
     writer = wds.TarWriter(buf, user="tokenmill", group="tokenmill", mode=0o444, encoder=False, mtime=0)
@@ -640,12 +641,6 @@ def hash_regular(path: str | os.PathLike, limit: int, chunk: int = 1 << 20) -> t
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write to a temporary name in the same folder, fsync, then rename into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write ``path`` atomically: :func:`pipeline.storage.write_bytes` (a temporary name in the same folder,
+    fsync, rename; nothing left behind on a failure), the one atomic write."""
+    storage.write_bytes(os.fspath(path), data)

@@ -1,10 +1,11 @@
 """The job spec: one pydantic model for the CLI and the REST API, loaded from YAML or JSON.
 
 Pure schema: parsing a spec touches no file but the spec itself and imports only the stage modules it
-names (never Ray). An invalid spec is refused with the field path and the reason (:class:`SpecError`);
-stage parameters are validated, once, against each stage's own ``Params`` model. Checks that need
-the filesystem (inputs match files, a tokenizer file exists, an index to dedup against) live in
-:mod:`pipeline.preflight`.
+names (never Ray). An invalid spec is refused with a :class:`~pipeline.problems.SpecError` holding one
+:class:`~pipeline.problems.Problem` per field (its path and the reason), every field's at once; stage
+parameters are validated, once, against each stage's own ``Params`` model, their errors placed below
+``stages.<i>.params``. Checks that need the filesystem (inputs match files, a tokenizer file exists, an
+index to dedup against) live in :mod:`pipeline.preflight`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from pipeline.problems import Problem, SpecError, problems_of, validation_error
+from pipeline.stages import REGISTRY, stage_class
 
 #: ``documents``: a tokenmill ``documents`` output (its parts, Parquet or JSONL), read with ids and ``meta`` as
 #: they were, so a later job can act on what an earlier one annotated (``stored_filters``)
@@ -40,6 +44,28 @@ class InputSpec(Strict):
 class StageSpec(Strict):
     type: str
     params: dict[str, Any] = Field(default_factory=dict)
+
+    _params: BaseModel | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _check_params(self) -> StageSpec:
+        """``params`` against the stage's own ``Params`` model, each error at its field below ``params``."""
+        if self.type not in REGISTRY:
+            raise validation_error(type(self).__name__, [Problem(
+                ("type",), f"unknown stage {self.type!r} (known: {', '.join(sorted(REGISTRY))})", "unknown_stage")],
+                self.type)
+        try:
+            self._params = stage_class(self.type).Params.model_validate(self.params)
+        except ValidationError as exc:
+            raise validation_error(type(self).__name__, [p.under("params") for p in problems_of(exc)],
+                                   self.params) from None
+        return self
+
+    @property
+    def validated(self) -> BaseModel:
+        """``params`` as the stage's ``Params`` (validated with the spec)."""
+        assert self._params is not None, "a StageSpec is validated when it is made"
+        return self._params
 
 
 class TrainTokenizerSpec(Strict):
@@ -99,45 +125,30 @@ class JobSpec(Strict):
     output: OutputSpec
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
 
-    _params: list[BaseModel] = PrivateAttr(default_factory=list)
-
     @model_validator(mode="after")
-    def _check_stages(self) -> JobSpec:
-        from pipeline.stages import REGISTRY, stage_class
-
-        errors, params = [], []
-        for i, stage in enumerate(self.stages):
-            if stage.type not in REGISTRY:
-                errors.append(
-                    f"stages.{i}.type: unknown stage {stage.type!r} (known: {', '.join(sorted(REGISTRY))})"
-                )
-                continue
-            try:
-                params.append(stage_class(stage.type).Params.model_validate(stage.params))
-            except ValidationError as exc:
-                for err in exc.errors():
-                    loc = ".".join(str(p) for p in err["loc"])
-                    errors.append(f"stages.{i}.params{'.' + loc if loc else ''}: {_message(err)}")
+    def _check_across_stages(self) -> JobSpec:
+        found: list[Problem] = []
         annotating: dict[str, int] = {}  # meta.filters key -> the first annotate-mode stage that writes it
-        for i, stage in enumerate(self.stages if not errors else []):  # params line up with stages
-            if getattr(params[i], "mode", None) != "annotate":
+        for i, stage in enumerate(self.stages):
+            if getattr(stage.validated, "mode", None) != "annotate":
                 continue
             key = stage_class(stage.type).name
             if key in annotating:  # the later verdict would silently replace the earlier one in every document
-                errors.append(f"stages.{i}.params.mode: annotate would overwrite the verdicts stages."
-                              f"{annotating[key]} stores in meta.filters.{key}; annotate with one {stage.type!r} "
-                              "per job (the other in filter mode, or in a job of its own)")
+                found.append(Problem(("stages", i, "params", "mode"), (
+                    f"annotate would overwrite the verdicts stages.{annotating[key]} stores in meta.filters.{key}; "
+                    f"annotate with one {stage.type!r} per job (the other in filter mode, or in a job of its own)"),
+                    "annotate_conflict"))
             annotating.setdefault(key, i)
         if self.tokenizer is None and self.output.documents is None:
-            errors.append("tokenizer: null (a documents-only job) needs output.documents: parquet or jsonl")
-        if errors:
-            raise ValueError("; ".join(errors))
-        self._params = params
+            found.append(Problem(("tokenizer",), "null (a documents-only job) needs output.documents: parquet or jsonl",
+                                 "documents_required"))
+        if found:
+            raise validation_error(type(self).__name__, found)
         return self
 
     def stage_params(self, index: int) -> BaseModel:
         """The validated ``Params`` of stage ``index`` (parsed once, when the spec was)."""
-        return self._params[index]
+        return self.stages[index].validated
 
     def content_hash(self) -> str:
         """Hash of what determines the output bytes: execution settings are left out."""
@@ -146,38 +157,14 @@ class JobSpec(Strict):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-class SpecError(ValueError):
-    """A spec that cannot run: ``str()`` is one line per problem, each naming the field path."""
-
-
-def _message(err: Any) -> str:
-    """pydantic's message without the "Value error, " prefix its validators' messages get."""
-    msg = err["msg"]
-    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
-
-
-def _format_errors(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "spec"
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-            # our own validators already name their fields
-            lines.extend(part.strip() for part in msg.split("; "))
-            continue
-        lines.append(f"{loc}: {msg}")
-    return "\n".join(lines)
-
-
 def parse_spec(data: Any) -> JobSpec:
     """Validate a spec given as a dict (schema only; :func:`pipeline.preflight.check_spec` checks files)."""
     if not isinstance(data, dict):
-        raise SpecError("spec: must be a mapping")
+        raise SpecError.one((), "must be a mapping", "model_type")
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_errors(exc)) from None
+        raise SpecError(problems_of(exc)) from None
 
 
 def load_spec(path: str | Path) -> JobSpec:
@@ -187,12 +174,12 @@ def load_spec(path: str | Path) -> JobSpec:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise SpecError(f"spec: cannot read {path}: {exc.strerror}") from None
+        raise SpecError.one((), f"cannot read {path}: {exc.strerror}", "spec_file") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SpecError(f"spec: {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                        f"{str(exc).splitlines()[0]}") from None
+        raise SpecError.one((), f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+                                f"{str(exc).splitlines()[0]}", "spec_file") from None
     if isinstance(data, dict):
         base = path.resolve().parent
         for inp in data.get("inputs") or []:
@@ -222,8 +209,6 @@ def _resolve_stage_paths(stages: Any, base: Path) -> None:
     Absolute paths stay as they are (``base / "/abs"`` is ``/abs``); an empty string keeps meaning "none".
     Anything malformed is left alone for validation to report.
     """
-    from pipeline.stages import REGISTRY, stage_class
-
     def resolve(value: Any) -> Any:
         if isinstance(value, str):
             return _under(base, value) if value else value

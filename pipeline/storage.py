@@ -6,9 +6,17 @@ resumed shard keeps its inode and mtime). Everything else goes through :mod:`pya
 with pyarrow (a dependency already) and speaks S3, GCS, HDFS and Azure natively; a scheme pyarrow does
 not know goes through fsspec when it is installed (``PyFileSystem(FSSpecHandler(...))``).
 
+**The one atomic write.** Every file tokenmill writes goes through :func:`open_output` (streams) or
+:func:`write_bytes` (a whole buffer, on top of it): readers see the old content or the new, never a part.
+Locally the data goes to :func:`temp_name` in the same folder, is fsynced and renamed into place, and the
+folder is fsynced; on any failure the temporary file is removed and the target is left as it was (an
+``OSError`` then names the target, not the temporary file). A process killed mid-write can still leave a
+temporary file: :func:`is_temp_name` is the one rule that recognises it, for whatever cleans up.
+
 Object stores have no rename and no append. So here a remote write is one whole-object PUT (a reader
-sees the old object or the new one, never a part: what an atomic rename gives locally), there are no
-folders to create, and "delete a folder" deletes every object below a prefix.
+sees the old object or the new one, never a part: what an atomic rename gives locally; a failed upload is
+aborted, so nothing appears), there are no folders to create, and "delete a folder" deletes every object
+below a prefix.
 
 S3 credentials come from the usual places (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, instance roles), resolved by the AWS SDK inside pyarrow. The
@@ -37,6 +45,8 @@ _FS_CACHE: dict[tuple[str, ...], pafs.FileSystem] = {}
 _FS_LOCK = threading.Lock()
 GLOB_CHARS = "*?["
 CHUNK = 1 << 20
+#: what :func:`temp_name` makes: ``.<name>.<pid>.<hex>.tmp``
+_TEMP_NAME = re.compile(r"\..+\.[0-9]+\.[0-9a-f]+\.tmp")
 
 
 class StorageError(OSError):
@@ -53,6 +63,14 @@ def scheme(path: str) -> str:
 
 def is_remote(path: str | os.PathLike[str]) -> bool:
     return bool(scheme(os.fspath(path)))
+
+
+def _scheme_end(path: str) -> int:
+    """Where the ``scheme://`` of a remote location ends."""
+    m = _SCHEME.match(path)
+    if m is None:
+        raise StorageError(f"{path}: not a URI")
+    return m.end()
 
 
 def local_path(path: str | os.PathLike[str]) -> str:
@@ -80,9 +98,9 @@ def name(path: str) -> str:
 def parent(path: str) -> str:
     if is_remote(path):
         head = path.rstrip("/")
-        m = _SCHEME.match(head)
-        rest = head[m.end():]
-        return head[: m.end()] + (posixpath.dirname(rest) or rest)
+        end = _scheme_end(head)
+        rest = head[end:]
+        return head[:end] + (posixpath.dirname(rest) or rest)
     return os.path.dirname(path)
 
 
@@ -105,7 +123,7 @@ def filesystem(path: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
     sch = scheme(path)
     if not sch:
         return pafs.LocalFileSystem(), os.path.abspath(local_path(path))
-    inner = path[_SCHEME.match(path).end():]
+    inner = path[_scheme_end(path):]
     if sch in ("s3", "s3a"):
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
@@ -120,7 +138,7 @@ def filesystem(path: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
             except (ValueError, OSError):  # ArrowInvalid is a ValueError: a scheme pyarrow does not know
                 pass
             try:
-                import fsspec
+                import fsspec  # optional, not a dependency: only a scheme pyarrow does not know needs it
 
                 return pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem(sch)))
             except (ImportError, ValueError) as exc:
@@ -200,43 +218,75 @@ def makedirs(path: str) -> None:
         os.makedirs(local_path(path), exist_ok=True)
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Readers see the old content or the new, never a part. Local: a temporary file, fsync, rename
-    (:func:`pipeline.job.output_dir.atomic_write_bytes`). Remote: one whole-object PUT."""
-    if not is_remote(path):
-        from pipeline.job.output_dir import atomic_write_bytes
-
-        p = local_path(path)
-        os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
-        atomic_write_bytes(p, data)
-        return
-    fs, p = filesystem(path)
-    with fs.open_output_stream(p, compression=None) as out:
-        out.write(data)
+def temp_name(name: str) -> str:
+    """The name a file called ``name`` has while it is written: hidden, and unique to this process and call,
+    so two writers of one file never share a temporary file. :func:`is_temp_name` recognises it."""
+    return f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
 
 
-def write_text(path: str, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` (a file name, no folder) is one :func:`temp_name` made: a write that never finished
+    (its process died), never a published file."""
+    return _TEMP_NAME.fullmatch(name) is not None
+
+
+def fsync_dir(folder: str) -> None:
+    """Make a rename in ``folder`` durable. Best effort: some filesystems cannot fsync a folder, and the
+    rename is done either way."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _naming(exc: OSError, target: str) -> OSError:
+    """``exc`` naming the file being written instead of its temporary name (same errno, same subclass)."""
+    return OSError(exc.errno, exc.strerror or str(exc) or type(exc).__name__, target)
+
+
+@contextlib.contextmanager
+def _local_output(path: str) -> Iterator[IO[bytes]]:
+    """:func:`open_output` for a local path: temporary name, fsync, rename, fsync of the folder."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, temp_name(os.path.basename(path)))
+    try:
+        f = open(tmp, "xb")  # noqa: SIM115 - closed by _publish, or below on a failure
+    except OSError as exc:
+        raise _naming(exc, path) from None
+    try:
+        yield f
+        _publish(f, tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            f.close()  # the descriptor is closed even when this last flush fails
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(folder)
+
+
+def _publish(f: IO[bytes], tmp: str, path: str) -> None:
+    """Flush, fsync and close a complete temporary file, and rename it to ``path``."""
+    try:
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise _naming(exc, path) from None
 
 
 @contextlib.contextmanager
 def open_output(path: str) -> Iterator[IO[bytes]]:
     """A binary writer that publishes ``path`` only when the block ends without an error: locally a
-    temporary file renamed into place after fsync, remotely a (multipart) upload completed on close."""
+    temporary file renamed into place after fsync (removed on any failure), remotely a (multipart) upload
+    completed on close (aborted on any failure)."""
     if not is_remote(path):
-        p = local_path(path)
-        os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
-        tmp = os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with _local_output(local_path(path)) as f:
+            yield f
         return
     fs, p = filesystem(path)
     out = fs.open_output_stream(p, compression=None)
@@ -248,6 +298,20 @@ def open_output(path: str) -> Iterator[IO[bytes]]:
             out.abort()
         raise
     out.close()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write the whole of ``data`` to ``path`` atomically (:func:`open_output`): a reader sees the old
+    content or the new, never a part; a failure leaves the old content and no temporary file."""
+    with open_output(path) as f:
+        try:
+            f.write(data)
+        except OSError as exc:
+            raise _naming(exc, path) from None
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
 
 
 def delete_file(path: str) -> None:
@@ -289,12 +353,12 @@ def list_files(path: str) -> list[str]:
     """Every file below the folder / prefix ``path`` (recursive), as full locations, sorted; [] when none."""
     if not is_remote(path):
         root = local_path(path)
-        out = []
+        out: list[str] = []
         for folder, _, files in os.walk(root):
             out.extend(os.path.join(folder, f) for f in files)
         return sorted(out)
     fs, p = filesystem(path)
-    base = path[: _SCHEME.match(path).end()]
+    base = path[: _scheme_end(path)]
     try:
         infos = fs.get_file_info(pafs.FileSelector(p, recursive=True, allow_not_found=True))
     except (FileNotFoundError, NotADirectoryError):
@@ -306,7 +370,7 @@ def expand_remote(pattern: str) -> list[str]:
     """Files a remote input names: one object, every object below a prefix, or a glob (``*``, ``?``,
     ``[...]`` within one path segment, ``**`` across segments; names starting with ``.`` only when the
     pattern's segment does, as for local globs). Sorted; [] when nothing matches."""
-    base = pattern[: _SCHEME.match(pattern).end()]
+    base = pattern[: _scheme_end(pattern)]
     rest = pattern[len(base):]
     segs = rest.split("/")
     magic = [i for i, s in enumerate(segs) if any(c in s for c in GLOB_CHARS)]

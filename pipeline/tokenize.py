@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from pipeline import storage
 from pipeline.fast_bpe import FastByteLevelBPE
 from pipeline.spec import TokenizerSpec
 
@@ -86,8 +87,6 @@ def special_tokens(spec: TokenizerSpec) -> list[str]:
 def load_tokenizer(path: str) -> Tokenizer:
     try:
         if "://" in path:  # an object store (the storage layer); a local file is read by tokenizers itself
-            from pipeline import storage
-
             return Tokenizer.from_str(storage.read_text(path))
         return Tokenizer.from_file(path)
     except Exception as exc:  # tokenizers raises a bare Exception for a bad file

@@ -8,13 +8,16 @@ Ray's own logs go to the job's log file unless ``--verbose``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.job.errors import JobCancelled, JobError
 from pipeline.job.signals import cancel_on_signals
+from pipeline.job.summary import format_summary
 
 EXIT_USAGE = 2
 #: a failure of the program or the machine (Ray lost a worker, a bug), not of what the user gave
@@ -30,12 +33,13 @@ def _err(msg: str, code: int = EXIT_USAGE) -> int:
 
 
 def _progress(msg: str) -> None:
-    from service.progress import PREFIX
+    from service.progress import PREFIX  # lazy: pipeline.job.fold's pydantic adapters and rich (0.1 s), not for --help
 
     print(f"{PREFIX} {msg}", flush=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # lazy: the spec's models pull pydantic, pyarrow and yaml (0.3 s): --help and the delegated commands need none
     from pipeline.preflight import load_checked
     from pipeline.spec import SpecError, parse_spec
 
@@ -66,14 +70,14 @@ def _run(spec: Any, verbose: bool = False) -> int:
     if verbose:  # read by pipeline.job.ray_env.init_ray, here and in anything this process starts
         os.environ["TOKENMILL_VERBOSE"] = "1"
     if spec.execution.address:  # a wrong address is a spec error (2), found before anything is started
-        from pipeline.job.ray_env import check_reachable
+        from pipeline.job.ray_env import check_reachable  # lazy: imports ray (0.7 s), only to check an address
 
         try:
             check_reachable(spec.execution.address)
         except ConnectionError as exc:
             return _err(f"execution.address: cannot connect to {spec.execution.address}: {exc}")
-    from pipeline.job.engine import Job, JobCancelled, JobError
-    from pipeline.job.summary import format_summary
+    # lazy: the engine, the tokenizer and the live view pull tokenizers, pyarrow, pydantic and rich (0.4 s)
+    from pipeline.job.engine import Job
     from pipeline.tokenize import TokenizerError
     from service.progress import make_renderer
 
@@ -101,7 +105,7 @@ def _run(spec: Any, verbose: bool = False) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipeline.demo import demo_spec
+    from pipeline.demo import demo_spec  # lazy: imports pipeline.spec (pydantic, pyarrow, yaml; 0.3 s)
 
     spec = demo_spec(Path(args.output), max_bytes=args.max_bytes, parallelism=args.parallelism)
     _progress(f"demo corpus and spec written under {Path(args.output).resolve()}")
@@ -109,7 +113,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from pipeline.output.inspect import Decoder, iter_samples, split_documents, verify_shards
+    # lazy: numpy, tokenizers and pyarrow (0.2 s), not for --help or the other commands
+    from pipeline.output.inspect import Decoder, decode_documents, iter_samples, split_documents, verify_shards
     from pipeline.shard_format import Manifest
 
     out = Path(args.output)
@@ -139,8 +144,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                     shown = text if args.full or len(text) <= 300 else text[:300] + f"... [{len(text)} chars]"
                     print(f"[{doc_id}] {shown}")
         if args.export_docs:
-            from pipeline.output.inspect import decode_documents
-
             docs = decode_documents(out)
             with open(args.export_docs, "w", encoding="utf-8") as f:
                 for ord_, text in sorted(docs.items()):
@@ -164,7 +167,7 @@ def _report_checks(checks: list[Any]) -> int:
 
 def _inspect_documents(out: Path, args: argparse.Namespace) -> int:
     """A documents-only output (``tokenizer: null``): its listing, checksums, the first documents."""
-    from pipeline.output.inspect import iter_documents, load_documents_index, verify_documents
+    from pipeline.output.inspect import iter_documents, load_documents_index, verify_documents  # lazy: see cmd_inspect
 
     try:
         index = load_documents_index(out)
@@ -183,8 +186,6 @@ def _inspect_documents(out: Path, args: argparse.Namespace) -> int:
 
 
 def cmd_delegate(module: str, argv: list[str]) -> int:
-    import importlib
-
     return importlib.import_module(module).main(argv)
 
 

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+
+import httpx
+import uvicorn
+from pydantic import ValidationError
+
+from pipeline.job import events as ev
+from pipeline.problems import SpecError, problems_of
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -66,10 +74,7 @@ def main_serve(argv: list[str]) -> int:
     if args.workers < 1:
         return _err("--workers: at least 1")
 
-    import logging
-
-    import uvicorn
-
+    # lazy: fastapi, sqlalchemy and the routers (1 s), only to serve
     from service.api.app import SETTINGS_ENV, create_app
 
     try:
@@ -102,15 +107,14 @@ def _db_args(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
-    from pydantic import ValidationError
-
-    from service.api.settings import Settings
+    """The service's settings; :class:`~pipeline.problems.SpecError` (one ``field: message`` line each) if invalid."""
+    from service.settings import Settings  # lazy: pulls pipeline.spec (pyarrow, yaml; 0.3 s), not for the HTTP commands
 
     try:
         return Settings.from_env(state_dir=args.state_dir, database_url=args.database_url,
                                  database_schema=args.database_schema, **overrides)
     except ValidationError as exc:
-        raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+        raise SpecError(problems_of(exc)) from None
 
 
 # ---- apikey -----------------------------------------------------------------------------------------------
@@ -129,6 +133,7 @@ def main_apikey(argv: list[str]) -> int:
     r.add_argument("key_id")
     args = p.parse_args(argv)
 
+    # lazy: sqlalchemy and the store's models (0.3 s), only for apikey
     from service.store import repo
     from service.store.db import Database
 
@@ -172,8 +177,6 @@ class Api:
     """A thin httpx client that turns HTTP errors into :class:`ClientError` lines."""
 
     def __init__(self, server: str, api_key: str | None):
-        import httpx
-
         if not api_key:
             raise ClientError("no API key: pass --api-key or set TOKENMILL_API_KEY", EXIT_USAGE)
         self.httpx = httpx
@@ -241,7 +244,7 @@ def main_submit(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     def go() -> int:
-        from pipeline.spec import SpecError, load_spec
+        from pipeline.spec import load_spec  # lazy: pydantic models, pyarrow and yaml (0.3 s), only to submit
 
         try:
             spec = load_spec(args.spec)
@@ -362,8 +365,7 @@ def main_follow(argv: list[str]) -> int:
 def _follow(api: Api, job_id: str, verbose: bool = False) -> int:
     """Render the job's events (the same display as ``tokenmill run``) until it ends; reconnects with
     Last-Event-ID when the stream breaks (a server restart)."""
-    from pipeline.job import events as ev
-    from service.progress import PREFIX, make_renderer
+    from service.progress import PREFIX, make_renderer  # lazy: pipeline.job.fold's pydantic adapters, rich (0.08 s)
 
     renderer = make_renderer(verbose=verbose)
     last, final = 0, None

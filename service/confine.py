@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.readers.paths import expand_path
+from pipeline.stages import stage_class
 from pipeline.storage import is_remote
 
 #: at most this many offending files are named per input (the first ones are enough to fix the spec)
@@ -73,8 +75,6 @@ class PathProblem:
 
 def problems(spec: Any, roots: Roots, expand: bool = True) -> list[PathProblem]:
     """Every path of ``spec`` (a :class:`pipeline.spec.JobSpec`) that falls outside ``roots``."""
-    from pipeline.stages import stage_class
-
     found: list[PathProblem] = []
     for i, inp in enumerate(spec.inputs):
         found += _check_read(("inputs", i, "path"), inp.path, roots, expand)
@@ -154,8 +154,6 @@ def _check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool
         return [PathProblem(loc, f"{where} outside the readable roots ({_names(roots.read)})")]
     if not expand or not (is_glob or real.is_dir()):
         return []
-    from pipeline.readers.paths import expand_path
-
     outside = [p for p in expand_path(raw) if not _inside(_real(p), roots.read)]
     return [PathProblem(loc, f"{p!r} resolves to {str(_real(p))!r}, outside the readable roots "
                              f"({_names(roots.read)})") for p in outside[:MAX_NAMED]]

@@ -1,7 +1,8 @@
 """The CLI's live view of a job: the engine's events in, a rate and an ETA per phase out.
 
-Two renderers share one model (:class:`JobView`, fed only by events, so every rate and ETA comes from
-event timestamps and can be tested without a clock or Ray):
+Two renderers share one model (:class:`JobView`: the job's :class:`pipeline.job.fold.JobSummary`, the fold
+the control plane shows too, plus a rate window per phase; fed only by events, so every rate and ETA comes
+from event timestamps and can be tested without a clock or Ray):
 
 - :class:`LiveRenderer`, on a terminal: a `rich <https://rich.readthedocs.io>`_ Live display with one
   row per phase (bar, count, rate, ETA or elapsed), the stage funnel (documents out of each stage) and
@@ -22,7 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from rich.console import Console
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
 from pipeline.job import events as ev
+from pipeline.job.fold import JobSummary, ProgressFigures
 
 PREFIX = "[tokenmill]"
 #: seconds of recent progress a rate is measured over (older progress says little about the ETA)
@@ -61,6 +69,11 @@ def fmt_duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def _count(value: object) -> int:
+    """A stage counter's value as a count (0 for one that is missing or not a number)."""
+    return int(value) if isinstance(value, int | float) else 0
+
+
 def _stage_label(key: str) -> str:
     """``03-exact_dedup`` -> ``exact_dedup``."""
     head, sep, tail = key.partition("-")
@@ -72,19 +85,33 @@ def _stage_label(key: str) -> str:
 
 @dataclass
 class PhaseView:
+    """One phase on screen: its state and figures from the job's :class:`JobSummary`, and the recent progress
+    reports its rate and ETA are measured over (a display's window, not a figure of the job)."""
+
     name: str
-    state: str = "pending"  # pending | running | finished | skipped
-    started: float | None = None
-    ended: float | None = None
-    seconds: float | None = None
-    done: int = 0
-    total: int | None = None
-    unit: str = ""
+    summary: JobSummary
     samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=256))
 
-    def progress(self, ts: float, done: int, total: int | None, unit: str) -> None:
-        self.done, self.total, self.unit = done, total, unit
-        self.samples.append((ts, done))
+    @property
+    def state(self) -> str:
+        """pending | started | finished | skipped"""
+        figures = self.summary.phases.get(self.name)
+        return figures.state if figures else "pending"
+
+    @property
+    def started(self) -> float | None:
+        return self.summary.phase_started(self.name)
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the phase took, once it has finished or was skipped."""
+        figures = self.summary.phases.get(self.name)
+        return figures.seconds if figures and figures.state in ("finished", "skipped") else None
+
+    @property
+    def progress(self) -> ProgressFigures:
+        """The phase's latest progress report (nothing done of no known total before the first)."""
+        return self.summary.progress.get(self.name) or ProgressFigures(done=0, total=None, unit="")
 
     def rate(self) -> float | None:
         """Units per second over the last :data:`RATE_WINDOW` seconds of progress (since the phase
@@ -94,124 +121,94 @@ class PhaseView:
         t_last, d_last = self.samples[-1]
         recent = [(t, d) for t, d in self.samples if t >= t_last - RATE_WINDOW]
         t0, d0 = recent[0]
-        if t0 >= t_last and self.started is not None:
-            t0, d0 = self.started, 0
+        started = self.started
+        if t0 >= t_last and started is not None:
+            t0, d0 = started, 0
         if t_last <= t0:
             return None
         return max(0.0, (d_last - d0) / (t_last - t0))
 
     def eta(self) -> float | None:
         """Seconds left at the current rate; None without a total or a rate."""
-        rate = self.rate()
-        if self.total is None or not rate:
+        rate, p = self.rate(), self.progress
+        if p.total is None or not rate:
             return None
-        return max(0, self.total - self.done) / rate
+        return max(0, p.total - p.done) / rate
 
     def elapsed(self, now: float) -> float:
         if self.seconds is not None:
             return self.seconds
-        return max(0.0, now - self.started) if self.started is not None else 0.0
+        started = self.started
+        return max(0.0, now - started) if started is not None else 0.0
 
 
 class JobView:
-    """What the events have said so far about one job. Thread-safe: events come from the driver's main
-    thread and a progress thread, and a live display reads it from its refresh thread."""
+    """What the events have said so far about one job (a :class:`JobSummary`), and how to say it. Thread-safe:
+    events come from the driver's main thread and a progress thread, and a live display reads it from its
+    refresh thread."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.phases = {p: PhaseView(p) for p in ev.PHASES}
-        self.job: ev.JobStarted | None = None
-        self.stages: dict[str, dict[str, Any]] = {}
-        self.shards = self.shards_reused = self.samples = self.tokens = 0
-        #: tokens of the shards this run wrote (not those kept from an earlier run): for tokens/s
-        self.new_tokens = 0
-        self.writers: set[str] = set()
+        self.summary = JobSummary()
+        self.phases = {p: PhaseView(p, self.summary) for p in ev.PHASES}
         self.now = 0.0
-        self.finished: ev.JobFinished | None = None
-        self.failed: ev.JobFailed | None = None
         self.cancelling = False
 
     def apply(self, event: ev.Event) -> None:
         with self.lock:
             self.now = max(self.now, event.ts)
-            if isinstance(event, ev.JobStarted):
-                self.job = event
-            elif isinstance(event, ev.PhaseChanged):
-                ph = self.phases.get(event.phase)
-                if ph is None:
-                    return
-                ph.state = event.state
-                if event.state == "started":
-                    ph.started = event.ts
-                else:
-                    ph.ended, ph.seconds = event.ts, event.seconds
-            elif isinstance(event, ev.PhaseProgress):
-                ph = self.phases.get(event.phase)
-                if ph is not None:
-                    ph.progress(event.ts, event.done, event.total, event.unit)
-            elif isinstance(event, ev.StageCounters):
-                self.stages = dict(event.stages)
-            elif isinstance(event, ev.ShardWritten):
-                self.shards += 1
-                self.samples += event.samples
-                self.tokens += event.tokens
-                if event.reused:
-                    self.shards_reused += 1
-                else:
-                    self.new_tokens += event.tokens
-                if event.writer:
-                    self.writers.add(event.writer)
-            elif isinstance(event, ev.JobFinished):
-                self.finished = event
-            elif isinstance(event, ev.JobFailed):
-                self.failed = event
+            self.summary.apply(event)
+            if isinstance(event, ev.PhaseProgress) and event.phase in self.phases:
+                self.phases[event.phase].samples.append((event.ts, event.done))
 
     def funnel(self) -> list[tuple[str, int]]:
         """(stage, documents out) in stage order: read, then each curation stage."""
         with self.lock:
-            return [(_stage_label(k), int(v.get("docs_out", 0))) for k, v in sorted(self.stages.items())
+            return [(_stage_label(k), _count(v.get("docs_out"))) for k, v in sorted(self.summary.stages.items())
                     if not k.startswith("90-")]
 
     def tokens_per_s(self) -> float | None:
         """Tokens of newly written shards per second of the write phase so far."""
         with self.lock:
-            ph = self.phases["write"]
-            if ph.started is None or not self.new_tokens:
+            ph, new_tokens = self.phases["write"], self.summary.new_tokens
+            if ph.started is None or not new_tokens:
                 return None
             elapsed = ph.elapsed(self.now)
-            return self.new_tokens / elapsed if elapsed > 0 else None
+            return new_tokens / elapsed if elapsed > 0 else None
 
     def progress_text(self, phase: str) -> str:
         """``12,345 docs read, 3.1k docs/s`` / ``3/10 ranges (30%), 0.8 ranges/s, ETA 9s``."""
         with self.lock:
             ph = self.phases[phase]
-            unit = ph.unit or "items"
-            if ph.total is not None:
-                pct = f" ({ph.done / ph.total:.0%})" if ph.total else ""
-                parts = [f"{fmt_count(ph.done)}/{fmt_count(ph.total)} {unit}{pct}"]
+            p = ph.progress
+            unit = p.unit or "items"
+            if p.total is not None:
+                pct = f" ({p.done / p.total:.0%})" if p.total else ""
+                parts = [f"{fmt_count(p.done)}/{fmt_count(p.total)} {unit}{pct}"]
             else:
                 verb = _VERB.get(phase)
-                parts = [f"{fmt_count(ph.done)} {unit}" + (f" {verb}" if verb else "")]
+                parts = [f"{fmt_count(p.done)} {unit}" + (f" {verb}" if verb else "")]
             rate = ph.rate()
-            if rate is not None and ph.done:  # no "0.0/s" before anything is done
+            if rate is not None and p.done:  # no "0.0/s" before anything is done
                 parts.append(f"{fmt_rate(rate)} {unit}/s")
             eta = ph.eta()
-            if eta is not None and ph.total is not None and ph.done < ph.total:
+            if eta is not None and p.total is not None and p.done < p.total:
                 parts.append(f"ETA {fmt_duration(eta)}")
             return ", ".join(parts)
 
     def write_text(self) -> str:
         """``5 shards, 1.2M tokens, 250k tokens/s`` (and how many were kept from an earlier run)."""
         with self.lock:
-            parts = [f"{fmt_count(self.shards)} shard(s)"]
-            if self.shards_reused:
-                parts[0] += f" ({fmt_count(self.shards_reused)} kept from an earlier run)"
-            parts.append(f"{fmt_amount(self.tokens)} tokens")
+            s = self.summary
+            parts = [f"{fmt_count(s.shards.written + s.shards.reused)} shard(s)"]
+            if s.shards.reused:
+                parts[0] += f" ({fmt_count(s.shards.reused)} kept from an earlier run)"
+            parts.append(f"{fmt_amount(s.tokens)} tokens")
             tps = self.tokens_per_s()
             if tps is not None:
                 parts.append(f"{fmt_rate(tps)} tokens/s")
-            if len(self.writers) > 1:
-                parts.append(f"{len(self.writers)} writers")
+            if len(s.writers) > 1:
+                parts.append(f"{len(s.writers)} writers")
             return ", ".join(parts)
 
     def funnel_text(self) -> str:
@@ -222,7 +219,7 @@ class JobView:
         with self.lock:
             ph = self.phases[phase]
             text = f"done in {ph.seconds or 0.0:.1f}s"
-            if phase == "curate" and self.stages:
+            if phase == "curate" and self.summary.stages:
                 funnel = self.funnel()
                 if funnel:
                     text += f", {fmt_count(funnel[0][1])} docs read, {fmt_count(funnel[-1][1])} kept"
@@ -285,7 +282,7 @@ class PlainRenderer:
                 return []
             self._last[event.phase] = event.ts
             line = f"{event.phase}: {v.progress_text(event.phase)}"
-            if event.phase == "curate" and v.stages:
+            if event.phase == "curate" and v.summary.stages:
                 line += f"; {v.funnel_text()}"
             elif event.phase == "write":
                 line += f"; {v.write_text()}"
@@ -309,9 +306,6 @@ class LiveRenderer:
 
     def __init__(self, console: Any = None, refresh_per_second: float = 4.0, verbose: bool = False,
                  clock: Callable[[], float] | None = None) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
         self.console = console or Console()
         self.view = JobView()
         self._clock = clock or time.time
@@ -342,10 +336,6 @@ class LiveRenderer:
         self.view.cancelling = True  # shown at the next refresh; a signal handler must not print here
 
     def render(self) -> Any:
-        from rich.progress_bar import ProgressBar
-        from rich.table import Table
-        from rich.text import Text
-
         v = self.view
         now = max(v.now, self._clock())
         grid = Table.grid(padding=(0, 1))
@@ -362,14 +352,15 @@ class LiveRenderer:
                     status = ("skipped (done by an earlier run)" if ph.state == "skipped"
                               else v.finished_text(name))
                 else:
-                    running_total = ph.total if ph.total else None
-                    bar = ProgressBar(total=running_total, completed=ph.done, width=30, pulse=running_total is None)
+                    running_total = ph.progress.total or None
+                    bar = ProgressBar(total=running_total, completed=ph.progress.done, width=30,
+                                      pulse=running_total is None)
                     status = v.progress_text(name) if ph.samples else ""
                     status = ", ".join(s for s in (status, f"{fmt_duration(ph.elapsed(now))} elapsed") if s)
                     if name == "write":
                         status += f"; {v.write_text()}"
                 grid.add_row(Text(name, style="bold"), bar, Text(status))
-            if v.stages:
+            if v.summary.stages:
                 grid.add_row("stages", "", Text(v.funnel_text(), overflow="fold"))
             if v.cancelling:
                 grid.add_row(Text("cancel", style="bold red"), "", Text("cancelling (Ctrl-C again to stop at once)"))

@@ -40,7 +40,7 @@ from schemathesis.python import asgi
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from service.api.app import create_app
-from service.api.settings import Settings
+from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 from tests.test_service_metrics import engine_events, seed_job

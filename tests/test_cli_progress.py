@@ -191,7 +191,7 @@ class _FakeJob:
         self.cancelled.set()
 
     def run(self):
-        from pipeline.job.engine import JobCancelled
+        from pipeline.job.errors import JobCancelled
 
         self.on_event(ev.JobStarted(job="fake", spec_hash="h", output="/o", parallelism=1))
         self.on_event(ev.PhaseChanged(phase="curate", state="started"))
@@ -221,7 +221,7 @@ def fake_job(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("category, code", [("validation", 2), ("input", 2), ("app", 1), ("infra", 1)])
 def test_job_error_is_one_line_with_an_exit_code_by_category(fake_job, capsys, category, code):
-    from pipeline.job.engine import JobError
+    from pipeline.job.errors import JobError
 
     _FakeJob.outcome = JobError("output.path: something is wrong", category)
     assert cli._run(fake_job) == code

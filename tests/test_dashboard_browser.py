@@ -26,7 +26,7 @@ import uvicorn
 from fastapi.responses import JSONResponse
 
 from service.api.app import create_app
-from service.api.settings import Settings
+from service.settings import Settings
 from service.store import repo
 from service.store.models import JobState
 from tests.test_service_metrics import SHARD_TOKENS, STAGES, add_events, engine_events, seed_job, stage_counters

@@ -10,7 +10,7 @@ import pytest
 
 from kernels import minhash
 from pipeline.dedup import graph as g
-from pipeline.dedup.near import _sorted_distinct
+from pipeline.dedup.near_config import _sorted_distinct
 
 
 def _texts(seed: int = 3) -> list[str]:

@@ -101,8 +101,8 @@ def load_docs(path: Path) -> list[dict[str, Any]]:
 
 @functools.cache
 def settings_variables() -> frozenset[str]:
-    """The TOKENMILL_* variables the service reads (service/api/settings.py)."""
-    names = frozenset(re.findall(r'"(TOKENMILL_[A-Z_]+)"', (ROOT / "service/api/settings.py").read_text()))
+    """The TOKENMILL_* variables the service reads (service/settings.py)."""
+    names = frozenset(re.findall(r'"(TOKENMILL_[A-Z_]+)"', (ROOT / "service/settings.py").read_text()))
     assert {"TOKENMILL_DATABASE_URL", "TOKENMILL_RAY_ADDRESS"} <= names
     return names
 
@@ -119,7 +119,7 @@ def check_job_spec(raw: dict[str, Any], roots: str) -> None:
     """A spec the service would take: valid, no Ray address of its own, every path below ``roots``."""
     from pipeline.spec import JobSpec
     from service import confine
-    from service.api.settings import Settings
+    from service.settings import Settings
 
     spec = JobSpec.model_validate(raw)
     assert spec.execution.address is None, "the service (or RayJob) decides where a job runs"
@@ -129,7 +129,7 @@ def check_job_spec(raw: dict[str, Any], roots: str) -> None:
 
 def service_settings(env: dict[str, str]) -> Any:
     """The service's settings from these variables: the values must parse as the service parses them."""
-    from service.api.settings import Settings
+    from service.settings import Settings
 
     return Settings.from_env({k: str(v) for k, v in env.items() if k.startswith("TOKENMILL_")})
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.job.engine import JobError, run_job
+from pipeline.job.engine import run_job
+from pipeline.job.errors import JobError
 from pipeline.output.inspect import decode_documents, verify_shards
 from pipeline.shard_format import Manifest
 from pipeline.spec import parse_spec

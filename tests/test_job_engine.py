@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from pipeline.job import events as ev
-from pipeline.job.engine import Job, JobError
+from pipeline.job.engine import Job
+from pipeline.job.errors import JobError
 from pipeline.shard_format import Manifest
 from pipeline.spec import load_spec
 from tests.corpus_fixtures import make_text, write_jsonl

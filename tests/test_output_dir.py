@@ -34,8 +34,9 @@ SET_B = {"manifest.json": b'{"set": "B"}', "stats.json": b"B stats", "tokenizer.
 USER = {"shards/my_photos.tar": b"photos", "index/important.db": b"db"}
 
 
-def tree(root: Path) -> dict[str, bytes]:
+def tree(root: str | Path) -> dict[str, bytes]:
     """Every file below ``root`` outside tokenmill's private area, by relative path."""
+    root = Path(root)
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
@@ -44,7 +45,8 @@ def tree(root: Path) -> dict[str, bytes]:
     return out
 
 
-def write(root: Path, files: dict[str, bytes]) -> None:
+def write(root: str | Path, files: dict[str, bytes]) -> None:
+    root = Path(root)
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
@@ -71,10 +73,10 @@ def test_claim_missing_and_empty_folders_writes_the_marker(tmp_path):
         assert not out.is_tokenmill()
         with out.lock():
             out.claim(overwrite=False)
-        marker = json.loads(out.marker_path.read_text())
+        marker = json.loads(Path(out.marker_path).read_text())
         assert marker["tool"] == "tokenmill" and marker["format"] == 1 and marker["files"] == []
         assert isinstance(marker["created"], str) and out.is_tokenmill()
-        assert [p.name for p in out.private.iterdir() if p.name.endswith(".tmp")] == []
+        assert [p.name for p in Path(out.private).iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_case1_foreign_folder_is_refused_with_or_without_overwrite(tmp_path):
@@ -101,7 +103,7 @@ def test_case1_overwrite_deletes_only_files_tokenmill_published(tmp_path):
     assert tree(tmp_path) == {**SET_B, **USER}
     assert not (tmp_path / "rejected").exists()  # emptied by the commit: tokenmill's only content
     assert sorted(out.read_marker()["files"]) == sorted(SET_B)
-    assert not out.trash.exists() and not out.journal_path.exists() and not out.stage.exists()
+    assert not Path(out.trash).exists() and not Path(out.journal_path).exists() and not Path(out.stage).exists()
 
 
 def test_case1_staged_name_over_a_user_file_is_refused_before_anything_moves(tmp_path):
@@ -115,7 +117,7 @@ def test_case1_staged_name_over_a_user_file_is_refused_before_anything_moves(tmp
         with pytest.raises(OutputError, match=r"documents/docs-000000.parquet exists and was not written by"):
             out.commit()
     assert tree(tmp_path) == {**SET_A, "documents/docs-000000.parquet": b"user's"}
-    assert tree(out.stage) == SET_B and not out.journal_path.exists()
+    assert tree(out.stage) == SET_B and not Path(out.journal_path).exists()
 
 
 def test_case1_damaged_marker_is_never_obeyed(tmp_path):
@@ -167,7 +169,7 @@ def test_case2_failed_run_leaves_the_old_set_untouched(tmp_path):
     the old set, its inodes and its marker stay exactly as they were."""
     out = publish(tmp_path, SET_A)
     before = {rel: (tmp_path / rel).stat().st_ino for rel in SET_A}
-    marker = out.marker_path.read_bytes()
+    marker = Path(out.marker_path).read_bytes()
     with pytest.raises(RuntimeError, match="nowhere.invalid"):
         with out.lock():
             out.claim(overwrite=True)
@@ -175,7 +177,7 @@ def test_case2_failed_run_leaves_the_old_set_untouched(tmp_path):
             raise RuntimeError("cannot reach ray://nowhere.invalid:10001")
     assert tree(tmp_path) == SET_A
     assert {rel: (tmp_path / rel).stat().st_ino for rel in SET_A} == before
-    assert out.marker_path.read_bytes() == marker
+    assert Path(out.marker_path).read_bytes() == marker
 
 
 def test_commit_moves_files_keeping_inode_and_mtime(tmp_path):
@@ -184,10 +186,10 @@ def test_commit_moves_files_keeping_inode_and_mtime(tmp_path):
     with out.lock():
         out.claim(overwrite=False)
         write(out.stage, SET_B)
-        staged = out.stage / "shards/shard-000000.tar"
+        staged = Path(out.stage) / "shards/shard-000000.tar"
         os.utime(staged, ns=(1_000_000_000, 1_000_000_000))
         ino = staged.stat().st_ino
-        (out.stage / "shards/.shard-000001.tar.123.abcd.tmp").write_bytes(b"left by a killed writer")
+        (Path(out.stage) / "shards/.shard-000001.tar.123.abcd.tmp").write_bytes(b"left by a killed writer")
         assert sorted(out.commit()) == sorted(SET_B)
     done = (tmp_path / "shards/shard-000000.tar").stat()
     assert (done.st_ino, done.st_mtime_ns) == (ino, 1_000_000_000)
@@ -257,14 +259,14 @@ def test_case2_commit_interrupted_at_any_point_finishes_on_the_next_call(tmp_pat
                 out.claim(overwrite=True)
         assert tree(folder) == {**SET_B, **USER}, crash_at
         assert sorted(out.read_marker()["files"]) == sorted(SET_B)
-        assert out.pending_commit() is None and not out.trash.exists()
+        assert out.pending_commit() is None and not Path(out.trash).exists()
 
 
 def test_commit_refuses_an_empty_stage_or_a_name_outside_the_layout(tmp_path):
     out = OutputDir(tmp_path)
     with out.lock():
         out.claim(overwrite=False)
-        out.stage.mkdir(parents=True)
+        Path(out.stage).mkdir(parents=True)
         with pytest.raises(OutputError, match="nothing is staged"):
             out.commit()
         write(out.stage, {"manifest.json": b"{}", "notes.txt": b"x"})
@@ -315,8 +317,8 @@ def test_case3_second_process_is_refused_naming_the_holder(tmp_path):
         holder.stdin.close()
         holder.wait()
     with out.lock():  # the holder has finished: free again, and this process is now named as the holder
-        assert json.loads(out.lock_path.read_text())["pid"] == os.getpid()
-    assert out.lock_path.read_text() == ""
+        assert json.loads(Path(out.lock_path).read_text())["pid"] == os.getpid()
+    assert Path(out.lock_path).read_text() == ""
 
 
 def test_case3_killed_holder_frees_the_lock(tmp_path):
@@ -325,9 +327,9 @@ def test_case3_killed_holder_frees_the_lock(tmp_path):
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     out = OutputDir(tmp_path)
-    assert json.loads(out.lock_path.read_text())["pid"] == holder.pid
+    assert json.loads(Path(out.lock_path).read_text())["pid"] == holder.pid
     with out.lock():
-        assert json.loads(out.lock_path.read_text())["pid"] == os.getpid()
+        assert json.loads(Path(out.lock_path).read_text())["pid"] == os.getpid()
 
 
 def test_case3_threads_racing_for_the_lock_one_wins(tmp_path):

@@ -89,16 +89,17 @@ def test_concat_counts_cut_documents():
     assert p.stats.docs_cut == 1  # d1 crosses the first boundary; d2 ends exactly at the second
 
 
-# ---- the order range tasks are launched in (pipeline/output/parallel_write.schedule_order) ----------------
+# ---- the order range tasks are launched in (pipeline/job/write.schedule_order) ------------------------------
 
-def _parts(*sizes: tuple[int, int]) -> list[dict]:
+def _parts(*sizes: tuple[int, int]) -> list:
     """Part records of (rows, text bytes), in corpus order."""
-    return [{"part": f"p{i}", "rows": rows, "first_ord": i << 40, "bytes": size}
-            for i, (rows, size) in enumerate(sizes)]
+    from pipeline.output.curated import Part
+
+    return [Part(f"p{i}", rows, i << 40, size) for i, (rows, size) in enumerate(sizes)]
 
 
 def test_schedule_order_starts_the_range_of_long_documents_first():
-    from pipeline.output.parallel_write import range_bounds, schedule_order
+    from pipeline.job.write import range_bounds, schedule_order
 
     # 5 ranges of 100 documents; the 4th holds documents 100x longer than the others
     parts = _parts((300, 300_000), (100, 10_000_000), (100, 100_000))
@@ -109,7 +110,7 @@ def test_schedule_order_starts_the_range_of_long_documents_first():
 
 
 def test_schedule_order_keeps_index_order_on_an_even_corpus():
-    from pipeline.output.parallel_write import range_bounds, schedule_order
+    from pipeline.job.write import range_bounds, schedule_order
 
     parts = _parts((250, 250_000), (250, 260_000), (3, 3_000))
     bounds = range_bounds(500, 100)  # ranges straddle parts; sizes differ by a few percent

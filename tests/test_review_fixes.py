@@ -82,7 +82,8 @@ def test_cli_flag_gets_the_fields_checks(tmp_path):
 
 
 def test_foreign_files_in_output_are_not_deleted(tmp_path):
-    from pipeline.job.engine import Job, JobError
+    from pipeline.job.engine import Job
+    from pipeline.job.errors import JobError
 
     out = tmp_path / "out"
     out.mkdir()

@@ -29,12 +29,12 @@ from sqlalchemy import update
 from service import auth
 from service.api.app import SETTINGS_ENV, app_from_env, create_app
 from service.api.keycache import KeyCache, _Entry
-from service.api.settings import Settings
 from service.client import main_serve
 from service.confine import Roots
 from service.runner import process
 from service.runner.summary import fold, with_stats
 from service.runner.supervisor import RunnerConfig, Supervisor
+from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 from service.store.models import ApiKey, JobState, utcnow
@@ -119,6 +119,26 @@ def test_invalid_specs_get_422_naming_each_field(api):
         r = client.post("/v1/jobs", content=body, headers={**headers, "Content-Type": "application/json"})
         assert r.status_code == code, body
     assert client.get("/v1/jobs", headers=headers).json()["items"] == []
+
+
+def test_each_problem_is_a_422_item_at_its_field(api):
+    """Issue 21: a schema error and bad stage params (a field's, a stage validator's) in one 422, each an item at its
+    loc; then a missing input file; no message keeps pydantic's "Value error, " prefix."""
+    client, headers, root = api
+    r = _submit(client, headers, {**_spec(root), "packing": {"seq_len": 0}, "stages": [
+        {"type": "length", "params": {"min_chars": "many"}}, {"type": "near_dedup", "params": {"bands": 4}},
+        {"type": "pii", "params": {"entities": ["NOPE"]}}]})
+    assert r.status_code == 422
+    items = {tuple(p["loc"]): p for p in r.json()["detail"]}
+    assert set(items) == {("body", "packing", "seq_len"), ("body", "stages", 0, "params", "min_chars"),
+                          ("body", "stages", 1, "params"), ("body", "stages", 2, "params", "entities")}, items
+    assert items[("body", "stages", 1, "params")]["msg"] == "give both bands and rows, or neither"
+    assert items[("body", "stages", 2, "params", "entities")]["msg"].startswith("unknown ['NOPE']")
+    missing = str(root / "in" / "none" / "*.jsonl")
+    r = _submit(client, headers, _spec(root) | {"inputs": [{"path": missing}]})
+    assert r.status_code == 422 and r.json()["detail"] == [
+        {"loc": ["body", "inputs", 0, "path"], "msg": f"no file matches {missing!r}", "type": "no_match"}]
+    assert not any(p["msg"].startswith("Value error") for p in [*items.values(), *r.json()["detail"]])
 
 
 def test_paths_outside_the_roots_are_refused(api, tmp_path):
@@ -607,7 +627,7 @@ def test_the_job_process_checks_the_spec_again_and_always_reports_its_end(tmp_pa
         def run(self):
             raise Engine.raises
 
-    monkeypatch.setattr("pipeline.job.engine.Job", Engine)
+    monkeypatch.setattr(job_process, "Job", Engine)
     before = signal.getsignal(signal.SIGTERM)  # SIG_DFL alone; an earlier test's ray.init may have left its own
     rc, last = attempt(spec)  # SIGTERM while ray.init had its own handler in place
     assert (rc, last["category"]) == (130, "cancelled")

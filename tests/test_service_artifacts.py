@@ -30,11 +30,11 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from pipeline.dedup.exact import HASH_NAME
+from pipeline.dedup.exact_config import HASH_NAME
 from pipeline.dedup.index import index_dir, write_meta
 from pipeline.shard_format import Manifest
 from service.api.app import create_app
-from service.api.settings import Settings
+from service.settings import Settings
 from service.store import repo
 from service.store.models import JobState, utcnow
 from tests.test_loader_dist import torchrun

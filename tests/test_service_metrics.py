@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from pipeline.job import events as ev
 from service.api.app import create_app
 from service.api.routers.metrics import PHASE_BUCKETS, JobFigures
-from service.api.settings import Settings
 from service.runner.summary import fold
+from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 from service.store.models import JobState, utcnow

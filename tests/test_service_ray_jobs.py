@@ -193,8 +193,8 @@ def test_a_job_runs_and_cancels_through_the_ray_jobs_api(tmp_path: Path, monkeyp
     from ray.job_submission import JobSubmissionClient
 
     from service.api.app import create_app
-    from service.api.settings import Settings
     from service.runner.ray_jobs import submission_id
+    from service.settings import Settings
     from service.store import repo
 
     root = tmp_path / "data"

@@ -36,11 +36,11 @@ from pipeline.readers.paths import expand_path, source_name
 from pipeline.shard_format import Manifest, sha256_file
 from pipeline.spec import InputSpec
 from service.api.app import create_app, runner_config
-from service.api.settings import Settings
 from service.runner.supervisor import Supervisor
 from service.schedules import fingerprints, versions
 from service.schedules.cron import check_cron, check_timezone, fire_times, next_fire, upcoming
 from service.schedules.scheduler import NOTHING_SURVIVED, Scheduler
+from service.settings import Settings
 from service.store import repo
 from service.store.models import Base, JobState
 from tests.corpus_fixtures import make_text, write_jsonl

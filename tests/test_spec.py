@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from pipeline.preflight import checked, load_checked
+from pipeline.problems import NO_MATCH, ParamError, Problem
 from pipeline.spec import SpecError, load_spec, parse_spec
 
 
@@ -191,3 +192,43 @@ def test_two_annotate_mode_instances_of_one_filter_are_refused(tmp_path):
     # one annotates, the other filters; or two different filters annotate: nothing is overwritten
     checked(_spec(tmp_path, stages=stages("annotate", "filter")))
     checked(_spec(tmp_path, stages=[*stages("annotate"), {"type": "c4", "params": {"mode": "annotate"}}]))
+
+
+def test_each_problem_is_a_problem_at_its_field_and_none_is_a_parsed_string(tmp_path):
+    """Issue 21: a schema error, bad stage params (a field's, a stage validator's, a preflight's) and a missing
+    input file each reach the caller as a Problem with its loc; no message keeps pydantic's prefix."""
+    missing = str(tmp_path / "missing" / "*.jsonl")
+    bad = _spec(tmp_path, packing={"seq_len": 0}, inputs=[{"path": missing}],
+                stages=[{"type": "length", "params": {"min_chars": "many"}},
+                        {"type": "near_dedup", "params": {"bands": 4}},
+                        {"type": "pii", "params": {"entities": ["NOPE"]}}])
+    with pytest.raises(SpecError) as err:
+        checked(bad)  # the schema first: every field's problem at once, the files not yet
+    found = {p.loc: p for p in err.value.problems}
+    assert set(found) == {("stages", 0, "params", "min_chars"), ("stages", 1, "params"),
+                          ("stages", 2, "params", "entities"), ("packing", "seq_len")}
+    assert found[("stages", 1, "params")].msg == "give both bands and rows, or neither"
+    assert found[("stages", 2, "params", "entities")].msg.startswith("unknown ['NOPE']")
+    assert str(err.value).splitlines() == [str(p) for p in err.value.problems]
+
+    schema_ok = _spec(tmp_path, inputs=[{"path": missing}], stages=[
+        {"type": "decontaminate", "params": {"benchmarks": [str(tmp_path / "no_bench.jsonl")]}}])
+    with pytest.raises(SpecError) as err:
+        checked(schema_ok)
+    assert [(p.loc, p.kind) for p in err.value.problems] == [
+        (("inputs", 0, "path"), NO_MATCH), (("stages", 0, "params", "benchmarks"), NO_MATCH)]
+    assert err.value.problems[0].msg == f"no file matches {missing!r}"
+    for problems in (list(found.values()), err.value.problems):
+        assert not any(p.msg.startswith("Value error") or p.msg.startswith(p.field) for p in problems), problems
+
+
+def test_a_problem_formats_as_field_colon_message_and_as_a_422_item():
+    p = Problem(("stages", 0, "params", "min_chars"), "bad", "int_parsing")
+    assert str(p) == "stages.0.params.min_chars: bad"
+    assert str(Problem((), "must be a mapping")) == "spec: must be a mapping"
+    assert p.detail("body") == {"loc": ["body", "stages", 0, "params", "min_chars"], "msg": "bad",
+                                "type": "int_parsing"}
+    err = ParamError("benchmarks", "no file matches 'x'", NO_MATCH)
+    assert str(err) == "benchmarks: no file matches 'x'"
+    assert err.problem(("stages", 2, "params"), "preflight") == Problem(
+        ("stages", 2, "params", "benchmarks"), "no file matches 'x'", NO_MATCH)

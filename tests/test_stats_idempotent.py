@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import ray.exceptions as rex
 
-from pipeline.job.curation import _drop_stale_rejects, lost_work
+from pipeline.job.curate import _drop_stale_rejects, lost_work
 from pipeline.job.stats import StageRecorder, StageTotals, batch_key, reject_file_tag, task_key
 from pipeline.stages.metrics import StageMetrics
 
@@ -108,9 +108,9 @@ def test_only_lost_work_restarts_curation(exc: BaseException, lost: bool) -> Non
 
 
 def test_curation_starts_over_when_ray_lost_work_and_gives_up_after_three(tmp_path: Path, monkeypatch) -> None:
-    from pipeline.job import curation
+    from pipeline.job import curate as curation
     from pipeline.job import events as ev
-    from pipeline.job.engine import JobError
+    from pipeline.job.errors import JobError
 
     curated, stage = tmp_path / "curated", tmp_path / "stage"
     curated.mkdir()

@@ -1,12 +1,18 @@
-"""The storage layer on a local S3 server (moto): files, globs, readers, and the object-store output's
-ownership, lock and commit protocol (manifest = commit point). No Ray here: tests/test_storage_job.py
-runs whole jobs against the same server."""
+"""The storage layer: its one atomic write on a local disk (a failure leaves neither a temporary file nor
+the target; the temporary names a write makes are exactly those cleanup recognises), and on a local S3
+server (moto): files, globs, readers, and the object-store output's ownership, lock and commit protocol
+(manifest = commit point). No Ray here: tests/test_storage_job.py runs whole jobs against the same server."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,10 +20,103 @@ import pytest
 
 from pipeline import storage
 from pipeline.job.object_output import ObjectOutputDir
-from pipeline.job.output_dir import OutputError, check_not_overlapping, open_output_dir
+from pipeline.job.output_dir import OutputDir, OutputError, check_not_overlapping, open_output_dir
 from pipeline.readers import expand_inputs, read_file
 from pipeline.spec import InputSpec
 from tests.corpus_fixtures import clean_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Killed(BaseException):
+    """The writer dies here (not an Exception: nothing in between may catch it)."""
+
+
+@pytest.mark.parametrize("fail_at", ["write", "fsync", "rename", "block"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_failed_local_write_leaves_no_temp_file_and_no_new_target(tmp_path, monkeypatch, fail_at, existing):
+    """Whatever step fails (the data, the fsync, the rename, the caller's own block), the folder holds what
+    it held before: the old target or none, and no temporary file."""
+    target = tmp_path / "shard-000000.tar"
+    if existing:
+        target.write_bytes(b"old")
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def fail(*_args: object) -> None:
+        raise full
+
+    if fail_at == "fsync":
+        monkeypatch.setattr(os, "fsync", fail)
+    elif fail_at == "rename":
+        monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises((OSError, Killed)) as err:
+        with storage.open_output(str(target)) as f:
+            f.write(b"x" * 100_000)
+            if fail_at == "write":
+                raise full
+            if fail_at == "block":
+                raise Killed
+    assert os.listdir(tmp_path) == (["shard-000000.tar"] if existing else [])
+    assert not existing or target.read_bytes() == b"old"
+    if fail_at in ("fsync", "rename"):  # the error names the file written, not its temporary name
+        assert err.value.filename == str(target) and err.value.errno == errno.ENOSPC
+
+
+def test_write_bytes_is_whole_or_nothing(tmp_path, monkeypatch):
+    target = tmp_path / "sub" / "stats.json"
+    storage.write_bytes(str(target), b"first")
+    storage.write_bytes(str(target), b"second")
+    assert target.read_bytes() == b"second" and os.listdir(target.parent) == ["stats.json"]
+
+    def fail(*_args: object) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError) as err:
+        storage.write_bytes(str(target), b"third")
+    assert err.value.filename == str(target)
+    assert target.read_bytes() == b"second" and os.listdir(target.parent) == ["stats.json"]
+
+
+KILLED_WRITER = """
+import os, sys
+from pipeline import storage
+with storage.open_output(sys.argv[1]) as f:
+    f.write(b"half a shard")
+    f.flush()
+    os._exit(0)  # killed mid-write: nothing runs after this, no clean-up either
+"""
+
+
+def test_cleanup_recognises_exactly_the_temp_names_the_write_makes(tmp_path, monkeypatch):
+    """The names a write uses are temporary names (and differ every time); published names, hidden files
+    and other ``.tmp`` forms are not. A write killed mid-way leaves one, which a commit does not publish."""
+    made: list[str] = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (made.append(os.path.basename(src)), real(src, dst)))
+    for _ in range(3):
+        storage.write_bytes(str(tmp_path / "shard-000000.tar"), b"x")
+    with storage.open_output(str(tmp_path / "manifest.json")) as f:
+        f.write(b"{}")
+    monkeypatch.undo()
+    assert len(set(made)) == 4 and all(storage.is_temp_name(name) for name in made)
+    assert all(storage.is_temp_name(storage.temp_name(name)) for name in ("a", "shard-000000.tar", ".hidden", "x.tmp"))
+    for name in ("shard-000000.tar", "manifest.json", ".hidden", "x.tmp", ".x.tmp", ".x.tmp-123", "x.tmp-123",
+                 ".x.123.tmp", "x.123.abcd.tmp", ".x.123.abcd.tmp.jsonl", ".x.12a.abcd.tmp"):
+        assert not storage.is_temp_name(name), name
+
+    out = OutputDir(tmp_path / "out")
+    with out.lock():
+        out.claim(overwrite=False)
+        staged = Path(out.stage) / "shards" / "shard-000000.tar"
+        storage.write_bytes(str(staged), b"whole")
+        run = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(staged.with_name("shard-000001.tar"))],
+                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        left = sorted(p.name for p in staged.parent.iterdir())
+        assert len(left) == 2 and storage.is_temp_name(left[0]) and left[1] == "shard-000000.tar"
+        assert out.commit() == ["shards/shard-000000.tar"]  # the killed write's temporary file is not published
+    assert sorted(p.name for p in (tmp_path / "out" / "shards").iterdir()) == ["shard-000000.tar"]
 
 
 def test_files_globs_and_whole_object_writes(bucket):

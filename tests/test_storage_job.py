@@ -8,7 +8,8 @@ import json
 import pytest
 
 from pipeline import storage
-from pipeline.job.engine import JobError, run_job
+from pipeline.job.engine import run_job
+from pipeline.job.errors import JobError
 from pipeline.shard_format import Manifest
 from pipeline.spec import parse_spec
 from tests.corpus_fixtures import clean_corpus, write_jsonl

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.job.curation import READ_KEY
+from pipeline.job.graph import READ_KEY
 from tests.corpus_fixtures import make_text, write_jsonl
 from tests.processes import stop_group
 from tests.test_job_engine import _events, _tree

@@ -104,6 +104,20 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
+def _read_mapping(path: Path) -> dict[str, Any]:
+    """The mapping a config file holds: JSON by its suffix, else YAML (an empty file is no setting)."""
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text) or {}
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config: {path} does not parse: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping")
+    return data
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML/JSON config (or start from defaults) and apply ``key.path=value`` overrides; a
     relative ``deepspeed_config`` resolves against the config file's folder."""
@@ -111,16 +125,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     base: Path | None = None
     if path:
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
-        try:
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text) or {}
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise ConfigError(f"config: {path} does not parse: {str(exc).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config: {path} must hold a mapping")
+        data = _read_mapping(path)
         base = path.resolve().parent
     for item in overrides or []:
         key, sep, raw = item.partition("=")

@@ -66,7 +66,7 @@ class MetricsLogger:
         self._file = open(self.path, "a", buffering=1)
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # optional: tensorboard may be missing
             except ImportError:
                 print("tokenmill train: tensorboard is not installed; writing metrics.jsonl only "
                       "(pip install 'tokenmill[train]')", file=sys.stderr)

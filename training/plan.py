@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _arch(args: argparse.Namespace) -> tuple[dict[str, int] | None, float | None]:
     """Layer shapes (for activations) and a parameter count, from a preset or --layers/--dim."""
     if args.preset:
-        from training.model import PRESETS, ModelConfig
+        from training.model import PRESETS, ModelConfig  # imports torch: planning without a preset needs none
 
         if args.preset not in PRESETS:
             raise ValueError(f"--preset: unknown {args.preset!r} (known: {', '.join(PRESETS)})")
@@ -201,7 +201,7 @@ def _arch(args: argparse.Namespace) -> tuple[dict[str, int] | None, float | None
 
 
 def _data_tokens(location: str) -> float:
-    from training.data import ShardSource
+    from training.data import ShardSource  # imports torch: planning without --data needs none
 
     return float(ShardSource(location).manifest().total_tokens)
 

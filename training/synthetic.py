@@ -18,17 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.shard_format import (
-    MANIFEST,
-    Manifest,
-    ShardInfo,
-    atomic_write_bytes,
-    encode_sample,
-    sha256_bytes,
-    shard_name,
-    tar_bytes,
-    token_dtype,
-)
+from pipeline import shard_format as fmt  # the shard contract, the one module of pipeline training reads
 
 Packed = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # input_ids, doc_lens, loss_mask
 
@@ -52,11 +42,11 @@ def random_packed(n: int, seq_len: int, vocab_size: int, seed: int = 0, min_doc:
 
 
 def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, seq_len: int, vocab_size: int,
-                    samples_per_shard: int, pad_id: int = 0, eos_id: int | None = None) -> Manifest:
+                    samples_per_shard: int, pad_id: int = 0, eos_id: int | None = None) -> fmt.Manifest:
     """Write ``sequences`` as shards of ``samples_per_shard`` (the last one may be partial)."""
     out = Path(out_dir)
-    dtype = token_dtype(vocab_size)
-    shards: list[ShardInfo] = []
+    dtype = fmt.token_dtype(vocab_size)
+    shards: list[fmt.ShardInfo] = []
     pending: list[dict] = []
     tokens = 0
     has_mask = False
@@ -64,27 +54,27 @@ def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, 
 
     def flush(partial: bool) -> None:
         nonlocal pending, tokens
-        data = tar_bytes(pending)
-        name = shard_name(len(shards))
-        atomic_write_bytes(out / name, data)
-        shards.append(ShardInfo(name, len(pending), tokens, sha256_bytes(data), len(data), partial))
+        data = fmt.tar_bytes(pending)
+        name = fmt.shard_name(len(shards))
+        fmt.atomic_write_bytes(out / name, data)
+        shards.append(fmt.ShardInfo(name, len(pending), tokens, fmt.sha256_bytes(data), len(data), partial))
         pending, tokens = [], 0
 
     for ids, lens, mask in sequences:
         if len(ids) > seq_len:
             raise ValueError(f"sequence of {len(ids)} tokens exceeds seq_len {seq_len}")
         has_mask = has_mask or mask is not None
-        pending.append(encode_sample(index, np.asarray(ids, dtype=dtype), lens, mask, {"synthetic": True}))
+        pending.append(fmt.encode_sample(index, np.asarray(ids, dtype=dtype), lens, mask, {"synthetic": True}))
         tokens += len(ids)
         index += 1
         if len(pending) == samples_per_shard:
             flush(partial=False)
     if pending:
         flush(partial=True)
-    manifest = Manifest(spec_hash="synthetic", tokenizer_hash="synthetic", seq_len=seq_len, dtype=dtype.name,
-                        vocab_size=vocab_size, samples_per_shard=samples_per_shard, bos_id=None, eos_id=eos_id,
-                        pad_id=pad_id, has_loss_mask=has_mask, shards=shards)
-    atomic_write_bytes(out / MANIFEST, manifest.to_json().encode())
+    manifest = fmt.Manifest(spec_hash="synthetic", tokenizer_hash="synthetic", seq_len=seq_len, dtype=dtype.name,
+                            vocab_size=vocab_size, samples_per_shard=samples_per_shard, bos_id=None, eos_id=eos_id,
+                            pad_id=pad_id, has_loss_mask=has_mask, shards=shards)
+    fmt.atomic_write_bytes(out / fmt.MANIFEST, manifest.to_json().encode())
     return manifest
 
 

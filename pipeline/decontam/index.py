@@ -31,8 +31,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.decontam.ngrams import Prefix, word_values, words
+from pipeline.readers.docs import is_blank, record_id
+from pipeline.readers.jsonl import iter_records
+from pipeline.readers.paths import detect_format, expand_path
 
 #: GPT-3's contamination n-gram (Brown et al. 2020, appendix C; also lm-evaluation-harness's decontamination)
 DEFAULT_NGRAM = 13
@@ -144,8 +148,6 @@ class BenchmarkIndex:
 
 def benchmark_files(paths: Iterable[str]) -> list[str]:
     """The files that ``paths`` (files, folders, globs) name, in order, each once."""
-    from pipeline.readers.paths import expand_path
-
     seen: dict[str, None] = {}
     for path in paths:
         for f in expand_path(path):
@@ -172,8 +174,6 @@ def item_texts(record: dict[str, Any], text_fields: Iterable[str] | None = None,
     ``answer: B``, a bare number) is a label, not a text. The index adds the fields laid end to end
     (:func:`unit_words`).
     """
-    from pipeline.readers.docs import is_blank
-
     skip = set(exclude)
     names = list(text_fields) if text_fields is not None else [k for k in record if k not in skip]
     out: list[tuple[str, str]] = []
@@ -212,10 +212,6 @@ def read_items(paths: Iterable[str], text_fields: Iterable[str] | None = None, i
     the record's ``id_field`` (``name:line`` without one, as for any input). A record that cannot be read or
     has no text is counted in ``bad`` under the readers' reason (``bad_json``, ``missing_text``...).
     """
-    from pipeline.readers.docs import record_id
-    from pipeline.readers.jsonl import iter_records
-    from pipeline.readers.paths import detect_format
-
     exclude = (*exclude_fields, id_field, benchmark_field)
     for i, path in enumerate(benchmark_files(paths)):
         fmt = detect_format(path, "auto")
@@ -245,8 +241,6 @@ def read_items(paths: Iterable[str], text_fields: Iterable[str] | None = None, i
 
 
 def _parquet_records(path: str) -> Iterator[tuple[int, None, dict[str, Any]]]:
-    import pyarrow.parquet as pq
-
     n = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
         for row in batch.to_pylist():

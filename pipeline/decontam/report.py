@@ -19,23 +19,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.decontam.index import (
-    DEFAULT_COMMON_ITEMS,
-    DEFAULT_EXCLUDE_FIELDS,
-    DEFAULT_MIN_WORDS,
-    DEFAULT_NGRAM,
-    DEFAULT_STOCK_ITEMS,
-    BenchmarkIndex,
-    benchmark_files,
-    index_files,
-)
-from pipeline.decontam.match import DEFAULT_MIN_SPAN, DEFAULT_MIN_SPAN_SHARE, Match, Matcher
-from pipeline.decontam.stage import DEFAULT_MIN_OVERLAP
+from pipeline.decontam.index import BenchmarkIndex, benchmark_files, index_files
+from pipeline.decontam.match import Match, Matcher
+from pipeline.decontam.stage import DecontaminateParams
+from pipeline.output.inspect import DOCUMENTS_INDEX, decode_documents, iter_documents, load_documents_index
+from pipeline.readers import expand_inputs, read_file
+from pipeline.spec import InputSpec
 
 #: document ids kept per item as examples
 EXAMPLES = 3
 #: documents matched together (as the stage matches a batch)
 BATCH = 256
+#: the stage's defaults, which the report's options share (the same matching, the same numbers)
+STAGE = DecontaminateParams()
 
 
 class InputError(ValueError):
@@ -59,9 +55,6 @@ def iter_corpus(paths: list[str], source: str, text_field: str, id_field: str, b
 
 
 def _files(path: str, text_field: str, id_field: str, bad: Counter) -> Iterator[tuple[str, str]]:
-    from pipeline.readers import expand_inputs, read_file
-    from pipeline.spec import InputSpec
-
     spec = InputSpec(path=path, text_field=text_field, id_field=id_field)
     files = expand_inputs([spec])
     if not files:
@@ -75,8 +68,6 @@ def _files(path: str, text_field: str, id_field: str, bad: Counter) -> Iterator[
 
 
 def _output_documents(out: Path, source: str) -> Iterator[tuple[str, str]]:
-    from pipeline.output.inspect import DOCUMENTS_INDEX, decode_documents, iter_documents, load_documents_index
-
     has_docs = (out / DOCUMENTS_INDEX).is_file()
     if source == "documents" or (source == "auto" and has_docs):
         if not has_docs:
@@ -96,12 +87,12 @@ def _output_documents(out: Path, source: str) -> Iterator[tuple[str, str]]:
 class ItemTally:
     benchmark: str
     item: str
+    #: (field, rule) of the item's best match in each document that holds it
+    found_by: Counter = field(default_factory=Counter)
     docs: int = 0
     exact_docs: int = 0
     max_overlap: float = 0.0
     max_span: int = 0
-    #: (field, rule) of the item's best match in each document that holds it
-    found_by: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
 
@@ -184,25 +175,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="benchmark files (JSONL(.gz/.zst) or Parquet), folders or globs")
     p.add_argument("--from", dest="source", choices=("auto", "documents", "shards"), default="auto",
                    help="for an output folder: its documents/ output (auto: when present) or its shards, decoded")
-    p.add_argument("--ngram", type=int, default=DEFAULT_NGRAM)
-    p.add_argument("--min-words", type=int, default=DEFAULT_MIN_WORDS,
+    p.add_argument("--ngram", type=int, default=STAGE.ngram)
+    p.add_argument("--min-words", type=int, default=STAGE.min_words,
                    help="shorter benchmark items are not checked (counted as skipped)")
-    p.add_argument("--stock-items", type=int, default=DEFAULT_STOCK_ITEMS,
+    p.add_argument("--stock-items", type=int, default=STAGE.stock_items,
                    help="a short item found in this many benchmark items is a stock question: not checked")
-    p.add_argument("--min-overlap", type=float, default=DEFAULT_MIN_OVERLAP,
+    p.add_argument("--min-overlap", type=float, default=STAGE.min_overlap,
                    help="fraction of an item's n-grams a document must contain")
-    p.add_argument("--min-span", type=int, default=DEFAULT_MIN_SPAN,
+    p.add_argument("--min-span", type=int, default=STAGE.min_span,
                    help="... or a piece of the item this many words long (consecutive n-grams)")
-    p.add_argument("--min-span-share", type=float, default=DEFAULT_MIN_SPAN_SHARE,
+    p.add_argument("--min-span-share", type=float, default=STAGE.min_span_share,
                    help="... or a piece of at least --ngram words holding this share of the item's words")
-    p.add_argument("--common-items", type=int, default=DEFAULT_COMMON_ITEMS,
+    p.add_argument("--common-items", type=int, default=STAGE.common_items,
                    help="an n-gram found in this many items is a stock phrase: never part of a span")
     p.add_argument("--text-field", default="text", help="text field of the corpus's records")
     p.add_argument("--id-field", default="id", help="id field of the corpus's and the benchmarks' records")
     p.add_argument("--item-fields", nargs="+", default=None, metavar="FIELD",
                    help="fields of a benchmark record indexed as texts of the item (default: every text field "
                         "but --exclude-fields)")
-    p.add_argument("--exclude-fields", nargs="*", default=list(DEFAULT_EXCLUDE_FIELDS), metavar="FIELD",
+    p.add_argument("--exclude-fields", nargs="*", default=list(STAGE.exclude_fields), metavar="FIELD",
                    help="fields never indexed (ids, metadata, test harness code)")
     p.add_argument("--benchmark-field", default="benchmark")
     p.add_argument("--top", type=int, default=10, help="worst items to list")

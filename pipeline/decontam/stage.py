@@ -33,9 +33,13 @@ from pipeline.decontam.index import (
     DEFAULT_MIN_WORDS,
     DEFAULT_NGRAM,
     DEFAULT_STOCK_ITEMS,
+    BenchmarkIndex,
+    benchmark_files,
+    index_files,
 )
-from pipeline.decontam.match import DEFAULT_MIN_SPAN, DEFAULT_MIN_SPAN_SHARE
+from pipeline.decontam.match import DEFAULT_MIN_SPAN, DEFAULT_MIN_SPAN_SHARE, Matcher
 from pipeline.documents import Doc, Drop
+from pipeline.problems import NO_MATCH, ParamError
 from pipeline.stages.base import FilterParams, FilterStage, Verdict
 
 #: PaLM's contamination criterion: an example is contaminated when >= 70 % of its n-grams occur in the
@@ -83,17 +87,13 @@ class Decontaminate(FilterStage):
     path_params = ("benchmarks",)
 
     def preflight(self) -> None:
-        from pipeline.decontam.index import benchmark_files
-
         if not self.params.benchmarks:
-            raise ValueError("benchmarks: name at least one benchmark file, folder or glob")
+            raise ParamError("benchmarks", "name at least one benchmark file, folder or glob")
         for path in self.params.benchmarks:
             if not benchmark_files([path]):
-                raise ValueError(f"benchmarks: no file matches {path!r}")
+                raise ParamError("benchmarks", f"no file matches {path!r}", NO_MATCH)
 
     def prepare(self) -> dict[str, Any]:
-        from pipeline.decontam.index import index_files
-
         self.preflight()  # a job run without spec validation still gets the one-line reason
         p = self.params
         return index_files(p.benchmarks, ngram=p.ngram, min_words=p.min_words, stock_items=p.stock_items,
@@ -101,9 +101,6 @@ class Decontaminate(FilterStage):
                            exclude_fields=p.exclude_fields, common_items=p.common_items).to_plain()
 
     def setup(self) -> None:
-        from pipeline.decontam.index import BenchmarkIndex
-        from pipeline.decontam.match import Matcher
-
         prepared = self.prepared if self.prepared is not None else self.prepare()
         p = self.params
         self.matcher = Matcher(BenchmarkIndex.from_plain(prepared), p.min_overlap, p.min_span, p.min_span_share)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -33,11 +34,59 @@ from pipeline.documents import reject_row, text_bytes
 GROUP_BYTES = 128 << 20
 DROP_SCHEMA = pa.schema([("ord", pa.int64()), ("reason", pa.string()), ("detail", pa.string())])
 
+#: what a named result holds: the values inside the task, their object references at the caller
+T = TypeVar("T")
+R = TypeVar("R")
+
 
 def call(fn: Any, n_out: int, *args: Any, **options: Any) -> list[ray.ObjectRef]:
     """Start a task that returns ``n_out`` objects; always a list of references."""
     refs = fn.options(num_returns=n_out, **options).remote(*args)
     return [refs] if n_out == 1 else list(refs)
+
+
+# ---- named task results ---------------------------------------------------------------------------
+# A task that feeds an exchange returns many objects, one per destination, so that each consumer fetches
+# only its own piece. Its result is declared as a dataclass, generic in what it holds: a ``list`` field is a
+# run of objects (one per partition or group), any other field one object. The task returns
+# ``returns(Result(...values...))``; the caller gets ``Result[ray.ObjectRef]`` from ``start``.
+
+
+def returns(result: Any) -> Any:
+    """A named result as Ray's flat return value: the fields in order, each list field spread into its
+    items (one object alone is returned as is, as Ray expects with ``num_returns=1``)."""
+    flat: list[Any] = []
+    for f in fields(result):
+        value = getattr(result, f.name)
+        if isinstance(value, list):
+            flat.extend(value)
+        else:
+            flat.append(value)
+    return flat[0] if len(flat) == 1 else tuple(flat)
+
+
+def start(fn: Any, shape: type[R], runs: Mapping[str, int], *args: Any, **options: Any) -> R:
+    """Start task ``fn`` and name its object references as ``shape``: each list field named in ``runs`` holds
+    that many references (the task must return that many items there), every other field one."""
+    names = [f.name for f in fields(shape)]  # type: ignore[arg-type]
+    if not set(runs) <= set(names):
+        raise TypeError(f"{shape.__name__} has no field {sorted(set(runs) - set(names))}")
+    refs = call(fn, sum(runs.get(n, 1) for n in names), *args, **options)
+    named: dict[str, Any] = {}
+    at = 0
+    for n in names:
+        if n in runs:
+            named[n], at = refs[at : at + runs[n]], at + runs[n]
+        else:
+            named[n], at = refs[at], at + 1
+    return shape(**named)
+
+
+@dataclass(frozen=True)
+class Pairs(Generic[T]):
+    """(n, 2) int64 pairs, one piece per hash partition of their first node (connected components' input)."""
+
+    pairs: list[T]
 
 
 def transpose(outputs: list[list[ray.ObjectRef]]) -> list[list[ray.ObjectRef]]:
@@ -159,22 +208,32 @@ def concat(tables: list[pa.Table] | tuple[pa.Table, ...], schema: pa.Schema | No
 
 # ---- connected components over hash-partitioned pairs ---------------------------------------------
 
+@dataclass(frozen=True)
+class LargeStar(Generic[T]):
+    """One partition's large-star step: the new pairs by partition, its labels (node, root) and the
+    fingerprint of its pairs (a fixed point when the fingerprints of all partitions repeat)."""
+
+    pairs: list[T]
+    labels: T
+    fingerprint: T
+
+
 @ray.remote(num_cpus=1)
-def _large_star_task(parts: int, *pieces: np.ndarray) -> tuple:
+def _large_star_task(parts: int, *pieces: np.ndarray) -> Any:
     pairs = np.concatenate([p for p in pieces if len(p)]) if any(len(p) for p in pieces) else g.EMPTY_PAIRS
     new, labels, fp = g.large_star(pairs)
     out = [x[0] for x in g.split_by(g.partition_of(new[:, 0], parts), parts, new)] if len(new) \
         else [g.EMPTY_PAIRS] * parts
-    return (*out, labels, fp)
+    return returns(LargeStar(out, labels, fp))
 
 
 @ray.remote(num_cpus=1)
-def _small_star_task(parts: int, *pieces: np.ndarray) -> tuple:
+def _small_star_task(parts: int, *pieces: np.ndarray) -> Any:
     pairs = np.concatenate([p for p in pieces if len(p)]) if any(len(p) for p in pieces) else g.EMPTY_PAIRS
     new = g.symmetrize(g.small_star(pairs))
     out = [x[0] for x in g.split_by(g.partition_of(new[:, 0], parts), parts, new)] if len(new) \
         else [g.EMPTY_PAIRS] * parts
-    return tuple(out) if parts > 1 else out[0]
+    return returns(Pairs(out))
 
 
 def partition_pairs(pairs: np.ndarray, parts: int) -> list[np.ndarray]:
@@ -185,22 +244,23 @@ def partition_pairs(pairs: np.ndarray, parts: int) -> list[np.ndarray]:
     return [x[0] for x in g.split_by(g.partition_of(sym[:, 0], parts), parts, sym)]
 
 
-def connected_components(inputs: list[list[ray.ObjectRef]], parts: int, max_rounds: int = 100
+def connected_components(inputs: list[Pairs[ray.ObjectRef]], parts: int, max_rounds: int = 100
                          ) -> tuple[list[ray.ObjectRef], int]:
-    """Distributed components of pairs given as ``inputs[source][partition]`` (from
-    :func:`partition_pairs`). Returns per partition a reference to an (n, 2) array of
+    """Distributed components of pairs from many sources, each split by partition (as
+    :func:`partition_pairs` does). Returns per partition a reference to an (n, 2) array of
     (node, smallest node of its component) for every non-smallest node, and the rounds used."""
-    current = transpose(inputs)
+    current = transpose([i.pairs for i in inputs])
     previous = None
     for rnd in range(1, max_rounds + 1):
-        outs = [call(_large_star_task, parts + 2, parts, *current[j]) for j in range(parts)]
-        fps = ray.get([o[parts + 1] for o in outs])
+        outs = [start(_large_star_task, LargeStar, {"pairs": parts}, parts, *current[j]) for j in range(parts)]
+        fps = ray.get([o.fingerprint for o in outs])
         fingerprint = (sum(f[0] for f in fps), sum(f[1] for f in fps) % (1 << 64))
         if fingerprint == previous:
-            return [o[parts] for o in outs], rnd
+            return [o.labels for o in outs], rnd
         previous = fingerprint
-        small_in = transpose([o[:parts] for o in outs])
-        current = transpose([call(_small_star_task, parts, parts, *small_in[j]) for j in range(parts)])
+        small_in = transpose([o.pairs for o in outs])
+        small = [start(_small_star_task, Pairs, {"pairs": parts}, parts, *small_in[j]) for j in range(parts)]
+        current = transpose([o.pairs for o in small])
     raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
 
 
@@ -215,8 +275,17 @@ def write_part(folder: str, table_name: str, part: int, schema: pa.Schema, *piec
 
 # ---- dropping documents in place --------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Filtered(Generic[T]):
+    """A block without its dropped documents, and the index pieces of the documents it keeps (as the
+    indexer's ``pieces`` lists them; none without an indexer)."""
+
+    kept: T
+    index: list[T]
+
+
 @ray.remote(num_cpus=1)
-def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *drops: pa.Table) -> tuple:
+def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *drops: pa.Table) -> Any:
     """Remove the block's documents named in ``drops`` (ord, reason, detail JSON, ``kept_id`` in it where
     a document was kept in their place); record and set aside.
 
@@ -250,7 +319,7 @@ def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *d
         docs_in=n_in, docs_out=kept.num_rows, dropped=dict(dropped),
         bytes_in=text_bytes(table), bytes_out=text_bytes(kept), seconds=time.perf_counter() - t0,
     )
-    return (kept, *index_pieces) if n_index else kept
+    return returns(Filtered(kept, index_pieces))
 
 
 def apply_drops(
@@ -263,9 +332,9 @@ def apply_drops(
     for i, ref in enumerate(blocks.refs):
         k = int(blocks.group[i])
         pieces = drops_by_group[k] if k >= 0 else []
-        res = call(_filter_block, 1 + n_index, ref, recorder, indexer, n_index, *pieces)
-        out.append(res[0])
-        index.append(res[1:])
+        res = start(_filter_block, Filtered, {"index": n_index}, ref, recorder, indexer, n_index, *pieces)
+        out.append(res.kept)
+        index.append(res.index)
     return out, index
 
 

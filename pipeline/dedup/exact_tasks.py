@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic
 
 import numpy as np
 import pyarrow as pa
@@ -11,7 +12,8 @@ import ray
 
 from pipeline import storage
 from pipeline.dedup import distributed as dr
-from pipeline.dedup.exact import ExactDedup, normalized_hash
+from pipeline.dedup.distributed import T, returns, start
+from pipeline.dedup.exact_config import NAME, ExactDedupParams, normalized_hash
 from pipeline.dedup.graph import partition_of
 from pipeline.dedup.index import IndexSource, index_dir, open_sources, write_meta, write_table_atomic
 
@@ -19,22 +21,37 @@ HASH_SCHEMA = pa.schema([("h1", pa.uint64()), ("h2", pa.uint64()), ("ord", pa.in
 INDEX_SCHEMA = pa.schema([("h1", pa.uint64()), ("h2", pa.uint64()), ("id", pa.string())])
 
 
+@dataclass(frozen=True)
+class HashRows(Generic[T]):
+    """One block's hash rows (h1, h2, ord, id), by hash partition."""
+
+    by_part: list[T]
+
+
+@dataclass(frozen=True)
+class ExactDrops(Generic[T]):
+    """One hash partition's drop tables by the group that holds the dropped document, and how many hashes
+    it wrote to the index."""
+
+    by_group: list[T]
+    written: T
+
+
 @ray.remote(num_cpus=1)
-def _hash_map(table: pa.Table, casefold: bool, parts: int, recorder: Any) -> tuple:
+def _hash_map(table: pa.Table, casefold: bool, parts: int, recorder: Any) -> Any:
     t0 = time.perf_counter()
     h = normalized_hash(table.column("text").to_pylist(), casefold)
     rows = pa.table({"h1": h[:, 0], "h2": h[:, 1], "ord": table.column("ord").cast(pa.int64()),
                      "id": table.column("id").cast(pa.string())}, schema=HASH_SCHEMA)
     pieces = dr.split_table(rows, partition_of(h[:, 0], parts), parts)
     recorder.counts(seconds=time.perf_counter() - t0)
-    return tuple(pieces) if parts > 1 else pieces[0]
-
+    return returns(HashRows(pieces))
 
 
 @ray.remote(num_cpus=1)
 def _exact_reduce(part: int, parts: int, bounds: np.ndarray, sources: list[IndexSource],
-                  index_folder: str | None, *pieces: pa.Table) -> tuple:
-    """Keep the smallest ord per hash; drop the rest (and everything already published)."""
+                  index_folder: str | None, *pieces: pa.Table) -> Any:
+    """Keep the smallest ord per hash; drop the rest and everything already published (:class:`ExactDrops`)."""
     t = dr.concat(pieces, HASH_SCHEMA)
     h1, h2 = t.column("h1").to_numpy(), t.column("h2").to_numpy()
     ords, ids = t.column("ord").to_numpy(), t.column("id").to_pylist()
@@ -56,7 +73,7 @@ def _exact_reduce(part: int, parts: int, bounds: np.ndarray, sources: list[Index
         kept = pa.table({"h1": h1[keep], "h2": h2[keep], "id": [ids[k] for k in order[keep]]}, schema=INDEX_SCHEMA)
         write_table_atomic(kept, storage.join(index_folder, "hashes", f"part-{part:05d}.parquet"))
         written = kept.num_rows
-    return (*dr.route_table(drops, "ord", bounds), written)
+    return returns(ExactDrops(dr.route_table(drops, "ord", bounds), written))
 
 
 def _published_ids(sources: list[IndexSource], part: int, parts: int, h1: np.ndarray, h2: np.ndarray
@@ -78,31 +95,28 @@ def _published_ids(sources: list[IndexSource], part: int, parts: int, h1: np.nda
     return out
 
 
-def exact_dedup(stage: ExactDedup, ds: Any, recorder: Any) -> Any:
+def exact_dedup(p: ExactDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
     """The stage's work: see the module docstring of :mod:`pipeline.dedup.exact`."""
-    p = stage.params
-    sources = open_sources(p.dedup_against, stage.name, stage.index_params())
+    sources = open_sources(p.dedup_against, NAME, p.index_params())
     parts = p.partitions or (sources[0].partitions if sources else dr.default_partitions())
     blocks = dr.DocBlocks.from_dataset(ds)
     live = [ref for ref, n in zip(blocks.refs, blocks.rows, strict=True) if n > 0]
-    folder = index_dir(stage.ctx.output_dir, stage.name) if (p.write_index and stage.ctx.output_dir) else None
+    folder = index_dir(ctx.output_dir, NAME) if (p.write_index and ctx.output_dir) else None
     if not live:
         if folder is not None:
-            write_meta(folder, stage.name, parts, stage.index_params(), {"hashes": 0})
+            write_meta(folder, NAME, parts, p.index_params(), {"hashes": 0})
         recorder.counts(docs_in=0, docs_out=0)
         return ray.data.from_arrow_refs(blocks.refs) if blocks.refs else ds
-    maps = [dr.call(_hash_map, parts, ref, p.casefold, parts, recorder) for ref in live]
-    per_part = dr.transpose(maps)
-    groups = blocks.groups
+    maps = [start(_hash_map, HashRows, {"by_part": parts}, ref, p.casefold, parts, recorder) for ref in live]
+    per_part = dr.transpose([m.by_part for m in maps])
     reduced = [
-        dr.call(_exact_reduce, groups + 1, j, parts, blocks.bounds, sources,
-                str(folder) if folder else None, *per_part[j])
+        start(_exact_reduce, ExactDrops, {"by_group": blocks.groups}, j, parts, blocks.bounds, sources,
+              str(folder) if folder else None, *per_part[j])
         for j in range(parts)
     ]
-    out, _ = dr.apply_drops(blocks, dr.transpose([r[:groups] for r in reduced]), recorder)
+    out, _ = dr.apply_drops(blocks, dr.transpose([r.by_group for r in reduced]), recorder)
     result = ray.data.from_arrow_refs(out)
     if folder is not None:
-        written = sum(ray.get([r[groups] for r in reduced]))
-        write_meta(folder, stage.name, parts, stage.index_params(), {"hashes": int(written)})
+        written = sum(ray.get([r.written for r in reduced]))
+        write_meta(folder, NAME, parts, p.index_params(), {"hashes": int(written)})
     return result
-

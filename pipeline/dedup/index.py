@@ -19,12 +19,16 @@ import pyarrow.parquet as pq
 
 from pipeline import storage
 from pipeline.dedup.graph import partition_of
+from pipeline.problems import ParamError
 
 INDEX_VERSION = 1
 
 
-class DedupIndexError(ValueError):
+class DedupIndexError(ParamError):
     """An earlier output cannot be deduplicated against: missing, or built with other parameters."""
+
+    def __init__(self, msg: str):
+        super().__init__("dedup_against", msg)
 
 
 def index_dir(output_dir: str, stage: str) -> str:
@@ -93,19 +97,19 @@ def open_sources(paths: str | list[str] | None, stage: str, params: dict[str, An
         meta_path = storage.join(folder, "meta.json")
         if not storage.is_file(meta_path):
             raise DedupIndexError(
-                f"dedup_against: {p!r} has no {stage} index ({meta_path} is missing); "
+                f"{p!r} has no {stage} index ({meta_path} is missing); "
                 f"was it written by a tokenmill job that ran the {stage!r} stage?"
             )
         try:
             meta = json.loads(storage.read_text(meta_path))
         except (OSError, json.JSONDecodeError) as exc:
-            raise DedupIndexError(f"dedup_against: cannot read {meta_path}: {exc}") from None
+            raise DedupIndexError(f"cannot read {meta_path}: {exc}") from None
         if meta.get("version") != INDEX_VERSION or meta.get("stage") != stage:
-            raise DedupIndexError(f"dedup_against: {meta_path} is not a version-{INDEX_VERSION} {stage} index")
+            raise DedupIndexError(f"{meta_path} is not a version-{INDEX_VERSION} {stage} index")
         theirs = meta.get("params", {})
         diff = {k: (theirs.get(k), v) for k, v in params.items() if theirs.get(k) != v}
         if diff:
             detail = ", ".join(f"{k}: index has {a!r}, this job {b!r}" for k, (a, b) in sorted(diff.items()))
-            raise DedupIndexError(f"dedup_against: {p!r} was indexed with other {stage} parameters ({detail})")
+            raise DedupIndexError(f"{p!r} was indexed with other {stage} parameters ({detail})")
         out.append(IndexSource(str(folder), int(meta["partitions"]), theirs))
     return out

@@ -12,7 +12,7 @@ import numpy as np
 
 from kernels.minhash import band_keys
 from pipeline.dedup import graph as g
-from pipeline.dedup.near import NearConfig
+from pipeline.dedup.near_config import NearConfig
 
 
 @dataclass

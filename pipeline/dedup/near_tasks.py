@@ -1,11 +1,16 @@
 """Ray tasks of near dedup (:mod:`pipeline.dedup.near` is the stage; this module is imported only
-when it runs, so validating a spec never imports Ray)."""
+when it runs, so validating a spec never imports Ray).
+
+Each task that feeds an exchange declares its result as a dataclass of runs of objects (one per
+partition or group) and single objects; the driver starts it with :func:`pipeline.dedup.distributed.start`
+and reads the references by name (see "named task results" there).
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
 
 import numpy as np
 import pyarrow as pa
@@ -14,12 +19,15 @@ import ray
 from kernels.minhash import band_keys
 from pipeline.dedup import distributed as dr
 from pipeline.dedup import graph as g
+from pipeline.dedup.distributed import Pairs, T, returns, start
 from pipeline.dedup.index import IndexSource, index_dir, open_sources, write_meta
-from pipeline.dedup.near import NearConfig, NearDedup, NearDedupParams
+from pipeline.dedup.near_config import NAME, NearConfig, NearDedupParams
 
 BAND_SCHEMA = pa.schema([("key", pa.uint64()), ("node", pa.int64())])
 DOC_SCHEMA = pa.schema([("node", pa.int64()), ("id", pa.string()), ("sig", pa.list_(pa.uint32()))])
 LABEL_SCHEMA = pa.schema([("v", pa.int64()), ("root", pa.int64())])
+#: the index tables, in the order :meth:`_Indexer.pieces` lists their pieces
+INDEX_TABLES = (("bands", BAND_SCHEMA), ("docs", DOC_SCHEMA))
 
 
 def _published_node(old: np.ndarray, source: int, nsources: int) -> np.ndarray:
@@ -34,17 +42,64 @@ def _decode_published(node: np.ndarray, nsources: int) -> tuple[np.ndarray, np.n
     return x % nsources, x // nsources
 
 
-# ---- tasks --------------------------------------------------------------------------------------
+# ---- what the tasks return ----------------------------------------------------------------------
 
-def _pairs_to_parts(pairs: np.ndarray, parts: int) -> tuple:
-    out = dr.partition_pairs(pairs, parts)
-    return tuple(out) if parts > 1 else out[0]
+
+@dataclass(frozen=True)
+class BandRows(Generic[T]):
+    """One block's band rows (key, ord) by key partition, and the signatures ``(ords, sigs)`` of its
+    documents that have one (the index reuses them rather than signing again)."""
+
+    bands: list[T]
+    sigs: T
+
+
+@dataclass(frozen=True)
+class Candidates(Generic[T]):
+    """One key partition's candidate pairs: with verification, by the group of the block that holds the
+    pair's new document that the first hop reads (``to_verify``; none in ``edges``); without, the pairs are
+    the edges of the graph, by partition (none in ``to_verify``)."""
+
+    to_verify: list[T]
+    edges: list[T]
+
+    @staticmethod
+    def runs(verify: bool, groups: int, parts: int) -> dict[str, int]:
+        return {"to_verify": groups, "edges": 0} if verify else {"to_verify": 0, "edges": parts}
+
+
+@dataclass(frozen=True)
+class FirstHop(Generic[T]):
+    """One group's first verification hop: pairs with the shingle sets of their first documents, by the
+    group of the second (``to_second``), and the pairs with a published document already checked, as
+    edges by partition."""
+
+    to_second: list[T]
+    edges: list[T]
+
+
+@dataclass(frozen=True)
+class RoutedLabels(Generic[T]):
+    """One partition's labels (v, root) by where the root's id lives: the group of a new root, or the
+    source of a published one."""
+
+    to_groups: list[T]
+    to_sources: list[T]
+
+
+@dataclass(frozen=True)
+class Drops(Generic[T]):
+    """Drop tables (ord, reason, detail), by the group that holds the dropped document."""
+
+    by_group: list[T]
+
+
+# ---- tasks --------------------------------------------------------------------------------------
 
 
 @ray.remote(num_cpus=1)
-def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Any) -> tuple:
-    """Band rows (key, ord) of one block, split by key partition; last, the block's signatures
-    ``(ords, sigs)`` of the documents that have one (the index reuses them rather than signing again)."""
+def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Any) -> Any:
+    """The band rows and signatures of one block (:class:`BandRows`)."""
     t0 = time.perf_counter()
     sigs, counts = cfg.sign(table.column("text").to_pylist())
     ords = table.column("ord").to_numpy().astype(np.int64)
@@ -53,13 +108,13 @@ def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Any) -> tu
     rows = np.stack([keys.ravel().view(np.int64), np.repeat(ords[has], cfg.bands)], axis=1)
     pieces = [x[0] for x in g.split_by(g.partition_of(keys.ravel(), parts), parts, rows)]
     recorder.counts(seconds=time.perf_counter() - t0)
-    return (*pieces, (ords[has], sigs[has]))
+    return returns(BandRows(pieces, (ords[has], sigs[has])))
 
 
 @ray.remote(num_cpus=1)
 def _band_reduce(part: int, parts: int, bounds: np.ndarray, sources: list[IndexSource], verify: bool,
-                 max_bucket: int, *pieces: np.ndarray) -> tuple:
-    """Candidate pairs from the band rows of one key partition (and of the published index)."""
+                 max_bucket: int, *pieces: np.ndarray) -> Any:
+    """Candidate pairs from the band rows of one key partition and of the published index (:class:`Candidates`)."""
     rows = [p for p in pieces if len(p)]
     for s, src in enumerate(sources):
         pub = src.read_partition("bands", part, parts, "key")
@@ -70,14 +125,15 @@ def _band_reduce(part: int, parts: int, bounds: np.ndarray, sources: list[IndexS
     pairs = g.bucket_pairs(allrows[:, 0].view(np.uint64), allrows[:, 1], max_bucket)
     pairs = pairs[pairs[:, 1] >= 0]  # a pair of two published documents tells nothing new
     if not verify:
-        return _pairs_to_parts(pairs, parts)
-    new, pub = pairs[pairs[:, 0] >= 0], pairs[pairs[:, 0] < 0]
-    return (*_route_pairs(new, 0, bounds), *_route_pairs(pub, 1, bounds))
+        return returns(Candidates([], dr.partition_pairs(pairs, parts)))
+    # x < y: a pair (x, y) with a published x is checked where its new y lives, a new pair where x does
+    first_new = np.where(pairs[:, 0] >= 0, pairs[:, 0], pairs[:, 1])
+    return returns(Candidates(_route_pairs(pairs, first_new, bounds), []))
 
 
-def _route_pairs(pairs: np.ndarray, col: int, bounds: np.ndarray) -> list[np.ndarray]:
-    grp = dr.group_of(pairs[:, col], bounds)
-    return [x[0] for x in g.split_by(grp, len(bounds), pairs)]
+def _route_pairs(pairs: np.ndarray, ords: np.ndarray, bounds: np.ndarray) -> list[np.ndarray]:
+    """``pairs`` split by the group that holds ``ords`` (one per pair)."""
+    return [x[0] for x in g.split_by(dr.group_of(ords, bounds), len(bounds), pairs)]
 
 
 def _fetch(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, ords: np.ndarray,
@@ -103,13 +159,11 @@ def _pack_sets(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 @ray.remote(num_cpus=1)
 def _verify_hop1(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, cfg: NearConfig,
-                 bounds: np.ndarray, parts: int, nreduce: int, sources: list[IndexSource],
-                 *pieces: np.ndarray) -> tuple:
-    """At the group holding each pair's first document: ship its shingle set towards the second;
-    check pairs with a published document against the published signature."""
-    new = np.concatenate(pieces[:nreduce]) if nreduce else g.EMPTY_PAIRS
-    pub = np.concatenate(pieces[nreduce:]) if nreduce else g.EMPTY_PAIRS
-    new, pub = g.unique_pairs(new), g.unique_pairs(pub)
+                 bounds: np.ndarray, parts: int, sources: list[IndexSource], *pieces: np.ndarray) -> Any:
+    """At the group holding each pair's first new document: ship its shingle set towards the second;
+    check pairs with a published document against the published signature (:class:`FirstHop`)."""
+    pairs = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
+    new, pub = g.unique_pairs(pairs[pairs[:, 0] >= 0]), g.unique_pairs(pairs[pairs[:, 0] < 0])
     out: list[Any] = []
     # new-new pairs: (x, y, set of x) grouped by the group of y
     xs = np.unique(new[:, 0])
@@ -117,7 +171,7 @@ def _verify_hop1(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray
     d_ord = docs.column("ord").to_numpy()
     sets = cfg.shingle_sets(docs.column("text").to_pylist())
     pos = {int(o): k for k, o in enumerate(d_ord)}
-    for chunk in _route_pairs(new, 1, bounds):
+    for chunk in _route_pairs(new, new[:, 1], bounds):
         needed = np.unique(chunk[:, 0])
         flat, offsets = _pack_sets([sets[pos[int(x)]] for x in needed])
         out.append((chunk, needed, flat, offsets))
@@ -131,7 +185,7 @@ def _verify_hop1(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray
         psig = _published_sigs(sources, pub[:, 0], cfg.num_perm)
         est = (ysig[ypos] == psig).mean(axis=1)
         edges = pub[est >= cfg.threshold]
-    return (*out, *dr.partition_pairs(edges, parts))
+    return returns(FirstHop(out, dr.partition_pairs(edges, parts)))
 
 
 def _published_sigs(sources: list[IndexSource], nodes: np.ndarray, num_perm: int) -> np.ndarray:
@@ -151,11 +205,11 @@ def _published_sigs(sources: list[IndexSource], nodes: np.ndarray, num_perm: int
 
 @ray.remote(num_cpus=1)
 def _verify_hop2(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, cfg: NearConfig,
-                 parts: int, *pieces: tuple) -> tuple:
-    """At the group holding each pair's second document: exact Jaccard, keep pairs >= threshold."""
-    pieces = [p for p in pieces if len(p[0])]
+                 parts: int, *pieces: tuple) -> Any:
+    """At the group holding each pair's second document: exact Jaccard, keep pairs >= threshold (:class:`Pairs`)."""
+    pieces = tuple(p for p in pieces if len(p[0]))
     if not pieces:
-        return _pairs_to_parts(g.EMPTY_PAIRS, parts)
+        return returns(Pairs(dr.partition_pairs(g.EMPTY_PAIRS, parts)))
     ys = np.unique(np.concatenate([p[0][:, 1] for p in pieces]))
     docs = _fetch(block_refs, lo, hi, ys, ["text"])
     ysets = cfg.shingle_sets(docs.column("text").to_pylist())
@@ -168,36 +222,34 @@ def _verify_hop2(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray
             if g.jaccard_sorted(flat[offsets[k] : offsets[k + 1]], ysets[ypos[int(y)]]) >= cfg.threshold:
                 kept.append((x, y))
     edges = np.array(kept, dtype=np.int64).reshape(-1, 2)
-    return _pairs_to_parts(edges, parts)
+    return returns(Pairs(dr.partition_pairs(edges, parts)))
 
 
 @ray.remote(num_cpus=1)  # whole CPUs: a fractional task would start extra worker processes
-def _route_labels(bounds: np.ndarray, nsources: int, labels: np.ndarray) -> tuple:
-    """Labels (v, root) of new documents, split by where the root's id lives: the group of a new
-    root, or the source of a published one."""
+def _route_labels(bounds: np.ndarray, nsources: int, labels: np.ndarray) -> Any:
+    """Labels (v, root) of new documents by where the root's id lives (:class:`RoutedLabels`)."""
     labels = labels[labels[:, 0] >= 0]
     new, pub = labels[labels[:, 1] >= 0], labels[labels[:, 1] < 0]
-    out = _route_pairs(new, 1, bounds)
+    to_sources: list[np.ndarray] = []
     if nsources:
         src, _ = _decode_published(pub[:, 1], nsources)
-        out += [x[0] for x in g.split_by(src, nsources, pub)]
-    return tuple(out) if len(out) > 1 else out[0]
+        to_sources = [x[0] for x in g.split_by(src, nsources, pub)]
+    return returns(RoutedLabels(_route_pairs(new, new[:, 1], bounds), to_sources))
 
 
 @ray.remote(num_cpus=1)
 def _root_ids_new(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, bounds: np.ndarray,
-                  *pieces: np.ndarray) -> tuple:
+                  *pieces: np.ndarray) -> Any:
     labels = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
     docs = _fetch(block_refs, lo, hi, labels[:, 1], ["id"])
     ids = dict(zip(docs.column("ord").to_pylist(), docs.column("id").to_pylist(), strict=True))
     drops = dr.drop_table(labels[:, 0], "near_duplicate", [{"kept_id": ids[int(r)]} for r in labels[:, 1]])
-    out = dr.route_table(drops, "ord", bounds)
-    return tuple(out) if len(out) > 1 else out[0]
+    return returns(Drops(dr.route_table(drops, "ord", bounds)))
 
 
 @ray.remote(num_cpus=1)
 def _root_ids_published(source: IndexSource, s: int, nsources: int, bounds: np.ndarray,
-                        *pieces: np.ndarray) -> tuple:
+                        *pieces: np.ndarray) -> Any:
     labels = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
     ids: dict[int, str] = {}
     if len(labels):
@@ -207,8 +259,7 @@ def _root_ids_published(source: IndexSource, s: int, nsources: int, bounds: np.n
         ids = {int(_published_node(np.array([k]), s, nsources)[0]): v for k, v in ids.items()}
     drops = dr.drop_table(labels[:, 0], "near_duplicate_of_published",
                           [{"kept_id": ids.get(int(r))} for r in labels[:, 1]])
-    out = dr.route_table(drops, "ord", bounds)
-    return tuple(out) if len(out) > 1 else out[0]
+    return returns(Drops(dr.route_table(drops, "ord", bounds)))
 
 
 @dataclass(frozen=True)
@@ -239,6 +290,7 @@ class _Indexer:
         return np.flatnonzero(has), sigs[order[pos[has]]]
 
     def pieces(self, kept: pa.Table) -> list[pa.Table]:
+        """The index rows of ``kept``, one piece per (table of :data:`INDEX_TABLES`, partition), table by table."""
         rows, sigs = self._signatures(kept)
         ords = kept.column("ord").to_numpy().astype(np.int64)[rows] if kept.num_rows else np.zeros(0, np.int64)
         ids = np.array(kept.column("id").to_pylist(), dtype=object)[rows] if kept.num_rows else np.zeros(0, object)
@@ -260,76 +312,76 @@ class _Indexer:
 def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
     """The stage's work: see the module docstring of :mod:`pipeline.dedup.near`."""
     cfg = NearConfig.from_params(p)
-    sources = open_sources(p.dedup_against, NearDedup.name, cfg.index_params())
+    sources = open_sources(p.dedup_against, NAME, cfg.index_params())
     parts = p.partitions or (sources[0].partitions if sources else dr.default_partitions())
     blocks = dr.DocBlocks.from_dataset(ds)
-    folder = index_dir(ctx.output_dir, NearDedup.name) if (p.write_index and ctx.output_dir) else None
-    live = [ref for ref, n in zip(blocks.refs, blocks.rows, strict=True) if n > 0]
+    folder = index_dir(ctx.output_dir, NAME) if (p.write_index and ctx.output_dir) else None
+    live = [i for i, n in enumerate(blocks.rows) if n > 0]
     if not live:
         if folder is not None:
-            write_meta(folder, NearDedup.name, parts, cfg.index_params(), {"bands": 0, "docs": 0})
+            write_meta(folder, NAME, parts, cfg.index_params(), {"bands": 0, "docs": 0})
         recorder.counts(docs_in=0, docs_out=0)
         return ray.data.from_arrow_refs(blocks.refs) if blocks.refs else ds
-    G = blocks.groups
     gpu = {"num_gpus": 1} if p.device == "cuda" else {}
-    maps = [dr.call(_band_map, parts + 1, ref, cfg, parts, recorder, **gpu) for ref in live]
-    per_part = dr.transpose([m[:parts] for m in maps])
-    if p.verify:
-        red = [dr.call(_band_reduce, 2 * G, j, parts, blocks.bounds, sources, True, p.max_bucket,
-                       *per_part[j]) for j in range(parts)]
-        edges = _verify(blocks, cfg, parts, sources, red)
-    else:
-        edges = [dr.call(_band_reduce, parts, j, parts, blocks.bounds, sources, False, p.max_bucket,
-                         *per_part[j]) for j in range(parts)]
+    maps = [start(_band_map, BandRows, {"bands": parts}, blocks.refs[i], cfg, parts, recorder, **gpu) for i in live]
+    per_part = dr.transpose([m.bands for m in maps])
+    runs = Candidates.runs(p.verify, blocks.groups, parts)
+    candidates = [start(_band_reduce, Candidates, runs, j, parts, blocks.bounds, sources, p.verify, p.max_bucket,
+                        *per_part[j]) for j in range(parts)]
+    edges = _verify(blocks, cfg, parts, sources, candidates) if p.verify \
+        else [Pairs(c.edges) for c in candidates]
     labels, _rounds = dr.connected_components(edges, parts)
     drops = _drops(blocks, sources, labels)
-    lives = [i for i, n in enumerate(blocks.rows) if n > 0]
-    indexer = _Indexer(cfg, parts, tuple(m[parts] for m in maps), tuple(int(blocks.lo[i]) for i in lives),
-                       tuple(int(blocks.hi[i]) for i in lives)) if folder is not None else None
-    out, index_pieces = dr.apply_drops(blocks, drops, recorder, indexer, 2 * parts if indexer else 0)
+    indexer = _Indexer(cfg, parts, tuple(m.sigs for m in maps), tuple(int(blocks.lo[i]) for i in live),
+                       tuple(int(blocks.hi[i]) for i in live)) if folder is not None else None
+    n_index = len(INDEX_TABLES) * parts if indexer else 0
+    out, index_pieces = dr.apply_drops(blocks, drops, recorder, indexer, n_index)
     result = ray.data.from_arrow_refs(out)
     if folder is not None:
-        by_part = dr.transpose(index_pieces)
-        counts = ray.get(
-            [dr.write_part.remote(str(folder), "bands", j, BAND_SCHEMA, *by_part[j]) for j in range(parts)]
-            + [dr.write_part.remote(str(folder), "docs", j, DOC_SCHEMA, *by_part[parts + j])
-               for j in range(parts)]
-        )
-        write_meta(folder, NearDedup.name, parts, cfg.index_params(),
-                   {"bands": int(sum(counts[:parts])), "docs": int(sum(counts[parts:]))})
+        by_piece = dr.transpose(index_pieces)
+        written = {table: [dr.write_part.remote(str(folder), table, j, schema, *by_piece[t * parts + j])
+                           for j in range(parts)]
+                   for t, (table, schema) in enumerate(INDEX_TABLES)}
+        counts = {table: int(sum(ray.get(refs))) for table, refs in written.items()}
+        write_meta(folder, NAME, parts, cfg.index_params(), counts)
     return result
+
 
 def _group_args(blocks: dr.DocBlocks, k: int) -> tuple[list[ray.ObjectRef], np.ndarray, np.ndarray]:
     idx = blocks.blocks_of_group(k)
     return [blocks.refs[i] for i in idx], blocks.lo[idx], blocks.hi[idx]
 
+
 def _verify(blocks: dr.DocBlocks, cfg: NearConfig, parts: int, sources: list[IndexSource],
-            red: list[list[ray.ObjectRef]]) -> list[list[ray.ObjectRef]]:
+            candidates: list[Candidates[ray.ObjectRef]]) -> list[Pairs[ray.ObjectRef]]:
+    """The verified edges: two hops through the groups (see the module docstring of :mod:`pipeline.dedup.near`)."""
     G = blocks.groups
-    new_by_group = dr.transpose([r[:G] for r in red])
-    pub_by_group = dr.transpose([r[G:] for r in red])
+    by_group = dr.transpose([c.to_verify for c in candidates])
     hop1 = []
     for k in range(G):
         refs, lo, hi = _group_args(blocks, k)
-        hop1.append(dr.call(_verify_hop1, G + parts, refs, lo, hi, cfg, blocks.bounds, parts, len(red),
-                            sources, *new_by_group[k], *pub_by_group[k]))
-    to_hop2 = dr.transpose([h[:G] for h in hop1])
-    edges = [h[G:] for h in hop1]
+        hop1.append(start(_verify_hop1, FirstHop, {"to_second": G, "edges": parts}, refs, lo, hi, cfg,
+                          blocks.bounds, parts, sources, *by_group[k]))
+    to_hop2 = dr.transpose([h.to_second for h in hop1])
+    edges = [Pairs(h.edges) for h in hop1]
     for k in range(G):
         refs, lo, hi = _group_args(blocks, k)
-        edges.append(dr.call(_verify_hop2, parts, refs, lo, hi, cfg, parts, *to_hop2[k]))
+        edges.append(start(_verify_hop2, Pairs, {"pairs": parts}, refs, lo, hi, cfg, parts, *to_hop2[k]))
     return edges
+
 
 def _drops(blocks: dr.DocBlocks, sources: list[IndexSource], labels: list[ray.ObjectRef]
            ) -> list[list[ray.ObjectRef]]:
+    """Per group, the drop tables of its documents, from the labels of every partition."""
     G, K = blocks.groups, len(sources)
-    routed = [dr.call(_route_labels, G + K, blocks.bounds, K, lab) for lab in labels]
-    by_dest = dr.transpose(routed)
+    routed = [start(_route_labels, RoutedLabels, {"to_groups": G, "to_sources": K}, blocks.bounds, K, lab)
+              for lab in labels]
+    to_group = dr.transpose([r.to_groups for r in routed])
+    to_source = dr.transpose([r.to_sources for r in routed])
     drops = []
     for k in range(G):
         refs, lo, hi = _group_args(blocks, k)
-        drops.append(dr.call(_root_ids_new, G, refs, lo, hi, blocks.bounds, *by_dest[k]))
+        drops.append(start(_root_ids_new, Drops, {"by_group": G}, refs, lo, hi, blocks.bounds, *to_group[k]))
     for s, src in enumerate(sources):
-        drops.append(dr.call(_root_ids_published, G, src, s, K, blocks.bounds, *by_dest[G + s]))
-    return dr.transpose(drops)
-
+        drops.append(start(_root_ids_published, Drops, {"by_group": G}, src, s, K, blocks.bounds, *to_source[s]))
+    return dr.transpose([d.by_group for d in drops])

@@ -27,6 +27,7 @@ from pydantic import Field
 
 from pipeline.documents import Doc, Drop
 from pipeline.filters.text import RuleCheck, doc_lang, splitter
+from pipeline.problems import ParamError
 from pipeline.stages.base import FilterParams, FilterStage, StageContext, Verdict
 
 #: tensorflow-datasets c4_utils: ``citation_regex``
@@ -81,7 +82,7 @@ class C4Quality(FilterStage):
 
     def preflight(self) -> None:
         if self.params.bad_words is not None and not Path(self.params.bad_words).is_file():
-            raise ValueError(f"bad_words: no such file: {self.params.bad_words}")
+            raise ParamError("bad_words", f"no such file: {self.params.bad_words}")
 
     def setup(self) -> None:
         self._bad_words()

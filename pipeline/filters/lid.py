@@ -29,6 +29,7 @@ from pydantic import Field
 
 from pipeline.documents import Doc, Drop
 from pipeline.filters.fasttext_model import FastTextModel, check_model_file, default_lid_model, doc_meta
+from pipeline.problems import ParamError
 from pipeline.stages.base import FilterParams, FilterStage, Verdict
 
 #: a model's label -> the code reported for it: the same language under two codes (model -> ISO 639-1 as used
@@ -68,7 +69,7 @@ class LanguageId(FilterStage):
         try:
             path = self.model_path()
         except FileNotFoundError as exc:
-            raise ValueError(f"model: {exc}") from None
+            raise ParamError("model", str(exc)) from None
         check_model_file(path, "model")
 
     def setup(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import sys
 from array import array
@@ -18,7 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from pipeline.documents import Drop
 from pipeline.filters.annotations import failures, stored_verdicts
+from pipeline.output.inspect import iter_documents, load_documents_index
+from pipeline.readers import expand_inputs, read_file
+from pipeline.spec import InputSpec
 
 QUANTILES = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 
@@ -81,8 +88,6 @@ class Report:
 def score_summary(values: array, bins: int = 10) -> dict[str, Any]:
     """count, min, max, mean, quantiles and a histogram between the 1st and 99th percentiles (outliers in the
     end bins), so one extreme document does not squeeze every other into one bar."""
-    import numpy as np
-
     a = np.frombuffer(values, dtype=np.float64)
     qs = np.quantile(a, QUANTILES)
     lo, hi = float(qs[0]), float(qs[-1])
@@ -101,17 +106,9 @@ def _snippet(text: str, n: int = 160) -> str:
 
 def iter_source(source: str) -> Iterator[dict[str, Any]]:
     """Documents of an output folder (its ``documents/`` index, checksummed parts) or of Parquet/JSONL files."""
-    from pipeline.output.inspect import load_documents_index
-
     if os.path.isdir(source) and os.path.exists(os.path.join(source, "documents", "index.json")):
-        from pipeline.output.inspect import iter_documents
-
         yield from iter_documents(source, load_documents_index(source))
         return
-    from pipeline.documents import Drop
-    from pipeline.readers import expand_inputs, read_file
-    from pipeline.spec import InputSpec
-
     spec = InputSpec(path=source, format="documents")
     files = expand_inputs([spec])
     if not files:
@@ -163,8 +160,6 @@ def _pct(k: int, n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import json
-
     p = argparse.ArgumentParser(prog="tokenmill report", description=__doc__.splitlines()[0])
     p.add_argument("source", help="an output folder with a documents output, or documents Parquet/JSONL files")
     p.add_argument("--examples", type=int, default=3, metavar="N", help="example documents per reason")

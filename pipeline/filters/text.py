@@ -22,9 +22,11 @@ installed, torch (seconds).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import threading
+import unicodedata
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -141,6 +143,7 @@ def _spacy_tokenizer(lang: str) -> tuple[Any, frozenset[str], frozenset[str]]:
     """spaCy's rule-based tokenizer of ``lang`` (``xx``, multi-language, for a language spaCy lacks), the keys of
     its special cases, and the sentencizer's punctuation. Built like ``spacy.blank(lang).tokenizer`` without
     loading a pipeline and its registry (several times faster)."""
+    # spaCy imports thinc (seconds): only in a worker that splits words, never to validate a spec
     from spacy.pipeline import Sentencizer
     from spacy.tokenizer import Tokenizer
     from spacy.util import compile_infix_regex, compile_prefix_regex, compile_suffix_regex, get_lang_class
@@ -276,7 +279,7 @@ class WordSplitter:
 
         Chunks hold no whitespace, so no token does either, and a token belongs to the chunk its offset falls in.
         """
-        from spacy.attrs import IDX, LENGTH
+        from spacy.attrs import IDX, LENGTH  # spaCy: see _spacy_tokenizer
 
         joined = " ".join(chunks)
         lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
@@ -296,8 +299,6 @@ def _is_punct(token: str) -> bool:
 
 @lru_cache(maxsize=4096)
 def _unicode_category(char: str) -> str:
-    import unicodedata
-
     return unicodedata.category(char)
 
 
@@ -321,8 +322,6 @@ def splitter(lang: str) -> WordSplitter:
 @lru_cache(maxsize=256)
 def _spacy_lang(lang: str) -> str:
     """``lang`` when spaCy has rules for it (or it is written without spaces), else ``xx``."""
-    import importlib.util
-
     if lang in NO_SPACE_LANGS:
         return lang
     if lang.isidentifier() and lang.islower() and importlib.util.find_spec(f"spacy.lang.{lang}") is not None:

@@ -199,7 +199,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".train-classifier-") as tmp:
         train_file = Path(tmp) / "train.txt"
         write_fasttext_file(train_file, train_set)
-        import fasttext
+        import fasttext  # native extension: only once the training set is written (``--help`` stays fast)
 
         try:
             with zero_filled_malloc():

@@ -1,14 +1,14 @@
 """An output in an object store (``output.path: s3://bucket/prefix``): the same layout, ownership and
-commit rules as a local folder (:mod:`pipeline.job.output_dir`), on a store that has no rename.
-
-What differs, and why:
+commit rules as a local folder (:mod:`pipeline.job.output_dir`, shared in
+:class:`~pipeline.job.output_store.StoreBase`), on a store that has no rename. This module gives only the
+primitives that differ, and why:
 
 - **Commit point = the manifest.** A commit copies every staged object to its published name (a
   server-side copy, no data through the driver), rewrites the marker, then copies ``manifest.json`` last:
   a reader that finds a manifest finds every shard it lists. The old manifest is deleted first, so no
   manifest ever describes a mixed set; the old files the new set does not replace are deleted after the
   new manifest is in. A journal (``.tokenmill/commit.json``) written before the first change makes an
-  interrupted commit finish on the next run, as locally.
+  interrupted commit finish on the next run, as locally (every copy is simply redone).
 - **Lock = a lease object.** ``.tokenmill/lock`` names the holder (host, pid, started, renewed) and is
   renewed every ``LEASE_RENEW_S`` by a thread; a lock not renewed for ``LEASE_S`` belongs to a dead run
   and is taken over. An object store has no compare-and-swap in pyarrow's API, so two runs starting in
@@ -25,119 +25,61 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from typing import Any
+from typing import ClassVar
 
 from pipeline import storage
-from pipeline.job.output_dir import (
-    MARKER_FORMAT,
-    PRIVATE,
-    MarkerReader,
-    OutputError,
-    _BadRecord,
-    _check_rel_list,
-    _is_temp,
-    check_journal,
-    check_marker,
-    is_manifest,
-)
+from pipeline.job.output_layout import BadRecord, Journal, OutputError, is_manifest
+from pipeline.job.output_store import Holder, StoreBase, in_use, me
 
 LEASE_S = 120.0
 LEASE_RENEW_S = 30.0
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+class Lease(Holder):
+    """The lock object: its holder, and when it was last renewed (``time.time()``)."""
+
+    renewed: float
 
 
-class ObjectOutputDir(MarkerReader):
-    """One output prefix in an object store; the interface of :class:`~pipeline.job.output_dir.OutputDir`."""
+class ObjectOutputDir(StoreBase):
+    """One output prefix in an object store (:class:`~pipeline.job.output_store.OutputStore`)."""
+
+    NOUN: ClassVar[str] = "prefix"
+    RENAMES: ClassVar[bool] = False
 
     def __init__(self, path: str) -> None:
-        self.path = path.rstrip("/")
-        self.private = storage.join(self.path, PRIVATE)
-        self.marker_path = storage.join(self.private, "marker.json")
-        self.lock_path = storage.join(self.private, "lock")
-        self.work = storage.join(self.private, "work")
-        self.stage = storage.join(self.work, "stage")
-        self.journal_path = storage.join(self.private, "commit.json")
+        super().__init__(path.rstrip("/"))
         self._held = False
-
-    # records -----------------------------------------------------------------------------------------------
-
-    def _json(self, loc: str) -> dict[str, Any] | None:
-        try:
-            data = json.loads(storage.read_bytes(loc, 64 << 20))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise _BadRecord(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-        if not isinstance(data, dict):
-            raise _BadRecord("not a JSON object")
-        return data
-
-    def _put_json(self, loc: str, obj: Any) -> None:
-        storage.write_bytes(loc, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
-
-    def _load_marker(self) -> dict[str, Any] | None:
-        return check_marker(self._json(self.marker_path))
 
     # ownership ---------------------------------------------------------------------------------------------
 
-    def _check_ownership(self) -> None:
+    def _present(self) -> bool:
+        return True  # a prefix with no object is simply empty
+
+    def _holds_foreign_files(self) -> bool:
         try:
-            marker = self._load_marker()
-        except _BadRecord as exc:
-            raise OutputError(f"output.path: {self.marker_path} is damaged ({exc}); choose an empty prefix") from None
-        if marker is not None:
-            return
-        try:
-            foreign = [f for f in storage.list_files(self.path) if not f.startswith(self.private + "/")]
+            return any(not f.startswith(self.private + "/") for f in storage.list_files(self.path))
         except OSError as exc:
             raise OutputError(f"output.path: cannot list {self.path}: {exc}", "infra") from None
-        if foreign:
-            raise OutputError(f"output.path: {self.path} is not empty and was not written by tokenmill "
-                              f"(no {PRIVATE}/marker.json); choose an empty prefix")
-
-    def claim(self, overwrite: bool) -> None:
-        self._require_lock("claim")
-        self._check_ownership()
-        self.finish_pending_commit()
-        marker = self._load_marker()
-        if marker is None:
-            self._put_json(self.marker_path, {"tool": "tokenmill", "format": MARKER_FORMAT, "created": _now(),
-                                              "files": []})
-            return
-        if overwrite:
-            return
-        if any(is_manifest(rel) for rel in marker["files"]) or storage.exists(storage.join(self.path, "manifest.json")):
-            raise OutputError(f"output.path: {self.path} already holds a shard set (manifest.json); pass "
-                              "--overwrite (or set output.overwrite: true) to replace it")
-        if marker["files"]:
-            raise OutputError(f"output.path: {self.path} already holds an earlier run's output; pass "
-                              "--overwrite (or set output.overwrite: true) to replace it")
 
     # lock --------------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
+        """Take the lease (refused while another run renews it), renew it in a thread, delete it at the end."""
         self._check_ownership()
-        holder = self._json_or_none(self.lock_path)
-        me = {"host": os.uname().nodename, "pid": os.getpid(), "started": _now()}
-        if holder and holder.get("renewed", 0) > time.time() - LEASE_S and not self._mine(holder):
-            raise OutputError(f"output.path: {self.path} is in use by tokenmill pid {holder.get('pid')} on "
-                              f"{holder.get('host')} since {holder.get('started')}")
+        holder = self._lease()
+        if holder is not None and _live(holder) and not _mine(holder):
+            raise OutputError(in_use(self.path, holder))
+        lease = me()
         stop = threading.Event()
 
         def renew() -> None:
-            while True:
-                self._put_json(self.lock_path, {**me, "renewed": time.time()})
-                if stop.wait(LEASE_RENEW_S):
-                    return
+            while not stop.wait(LEASE_RENEW_S):
+                self._put_lease(lease)
 
-        self._put_json(self.lock_path, {**me, "renewed": time.time()})
-        thread = threading.Thread(target=lambda: stop.wait(LEASE_RENEW_S) or renew(), name="tokenmill-lease",
-                                  daemon=True)
+        self._put_lease(lease)
+        thread = threading.Thread(target=renew, name="tokenmill-lease", daemon=True)
         thread.start()
         self._held = True
         try:
@@ -149,93 +91,65 @@ class ObjectOutputDir(MarkerReader):
             with contextlib.suppress(OSError):
                 storage.delete_file(self.lock_path)
 
-    def _json_or_none(self, loc: str) -> dict[str, Any] | None:
+    def _lease(self) -> dict[str, object] | None:
         try:
-            return self._json(loc)
-        except _BadRecord:
-            return None
+            return self._read_record(self.lock_path)
+        except BadRecord:
+            return None  # a damaged lease holds nothing
 
-    @staticmethod
-    def _mine(holder: dict[str, Any]) -> bool:
-        return holder.get("host") == os.uname().nodename and holder.get("pid") == os.getpid()
+    def _put_lease(self, holder: Holder) -> None:
+        lease: Lease = {**holder, "renewed": time.time()}
+        storage.write_bytes(self.lock_path, (json.dumps(lease, indent=1, sort_keys=True) + "\n").encode())
 
-    def _require_lock(self, what: str) -> None:
-        if not self._held:
-            raise RuntimeError(f"ObjectOutputDir.{what}() needs lock() held on {self.path}")
+    def _holds_lock(self) -> bool:
+        return self._held
 
     # commit ------------------------------------------------------------------------------------------------
 
-    def finish_pending_commit(self) -> bool:
-        self._require_lock("finish_pending_commit")
-        journal = self._load_journal()
-        if journal is None:
-            return False
-        self._apply(journal)
-        return True
-
-    def commit(self, stage_dir: str | None = None) -> list[str]:
-        self._require_lock("commit")
-        stage = (stage_dir or self.stage).rstrip("/")
+    def _stage_rel(self, stage: str) -> str:
+        stage = stage.rstrip("/")
         if not stage.startswith(self.work + "/"):
             raise ValueError(f"stage {stage} must lie inside {self.work}")
-        rel_stage = stage[len(self.path) + 1:]
-        journal = self._load_journal()
-        if journal is not None and journal["stage"] != rel_stage:
-            raise OutputError(f"output.path: {self.path} has an unfinished commit of {journal['stage']}")
-        if journal is None:
-            marker = self._load_marker()
-            if marker is None:
-                raise RuntimeError(f"ObjectOutputDir.commit() before claim() on {self.path}")
-            files = sorted(f[len(stage) + 1:] for f in storage.list_files(stage)
-                           if not _is_temp(storage.name(f)))
-            try:
-                new = _check_rel_list(files, "the stage")
-            except _BadRecord as exc:
-                raise OutputError(f"output.path: cannot commit {stage}: {exc}") from None
-            if not new:
-                raise OutputError(f"output.path: cannot commit {stage}: nothing is staged")
-            journal = {"stage": rel_stage, "new": new, "old": marker["files"], "created": marker["created"]}
-            self._put_json(self.journal_path, journal)
-        self._apply(journal)
-        return list(journal["new"])
+        return stage[len(self.path) + 1:]
 
-    def _load_journal(self) -> dict[str, Any] | None:
-        try:
-            data = self._json(self.journal_path)
-            if data is None:
-                return None
-            data = check_journal(data)
-        except _BadRecord as exc:
-            raise OutputError(f"output.path: {self.journal_path} is damaged ({exc})") from None
-        return data
+    def _list_stage(self, stage: str) -> list[str]:
+        stage = stage.rstrip("/")
+        return [f[len(stage) + 1:] for f in storage.list_files(stage)]
 
-    def _apply(self, journal: dict[str, Any]) -> None:
-        """Copy in, manifest last; every step is idempotent, so an interrupted commit is simply redone."""
-        stage = storage.join(self.path, journal["stage"])
-        new, old = journal["new"], journal["old"]
-        try:
-            for rel in old:  # 1. no manifest may describe a mixed set
-                if is_manifest(rel):
-                    storage.delete_file(storage.join(self.path, rel))
-            for rel in new:  # 2. every staged object to its name (server-side copies)
-                if not is_manifest(rel):
-                    self._place(stage, rel)
-            self._put_json(self.marker_path, {"tool": "tokenmill", "format": MARKER_FORMAT,
-                                              "created": journal["created"], "files": new})
-            for rel in new:  # 3. the commit point
-                if is_manifest(rel):
-                    self._place(stage, rel)
-            for rel in set(old) - set(new):  # 4. what the new set does not replace
+    def _existing(self, root: str, rels: list[str]) -> set[str]:
+        """One listing per top folder (``shards/``, a group's ``de/``) rather than a request per name."""
+        found = set()
+        for top in sorted({rel.split("/", 1)[0] for rel in rels if "/" in rel}):
+            base = storage.join(root, top)
+            found |= {f"{top}/{f[len(base) + 1:]}" for f in storage.list_files(base)}
+        found |= {rel for rel in rels if "/" not in rel and storage.exists(storage.join(root, rel))}
+        return found & set(rels)
+
+    def _retire(self, journal: Journal) -> None:
+        """Only the old manifests go now; the rest of the old set after the new manifest is in."""
+        for rel in journal["old"]:
+            if is_manifest(rel):
                 storage.delete_file(storage.join(self.path, rel))
-            storage.rmtree(stage)
-            storage.delete_file(self.journal_path)
-        except OSError as exc:
-            raise OutputError(f"output.path: {exc} during the commit (the next run finishes it)", "infra") from None
 
     def _place(self, stage: str, rel: str) -> None:
         src = storage.join(stage, rel)
         if storage.exists(src):
             storage.copy_file(src, storage.join(self.path, rel))
+
+    def _clean_up(self, journal: Journal) -> None:
+        for rel in sorted(set(journal["old"]) - set(journal["new"])):
+            storage.delete_file(storage.join(self.path, rel))
+        storage.rmtree(storage.join(self.path, journal["stage"]))
+
+
+def _live(lease: dict[str, object]) -> bool:
+    """Whether the lease was renewed recently enough that its run may still be alive."""
+    renewed = lease.get("renewed", 0)
+    return isinstance(renewed, int | float) and renewed > time.time() - LEASE_S
+
+
+def _mine(lease: dict[str, object]) -> bool:
+    return lease.get("host") == os.uname().nodename and lease.get("pid") == os.getpid()
 
 
 def check_remote_not_overlapping(output: str, input_paths: list[str]) -> None:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import ray
+import ray._raylet
 from ray.data import DataContext
 
 
@@ -29,17 +32,15 @@ def _prepare_local_auth() -> None:
     folder.mkdir(mode=0o700, exist_ok=True)
     token = folder / "auth_token"
     if not token.exists():
-        import secrets
-
         token.write_text(secrets.token_hex(32))
         token.chmod(0o600)
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+    config = getattr(ray._raylet, "Config", None)  # older/newer Ray may have none
     try:  # Ray reads its config when first imported; make this process see the new mode
-        from ray._raylet import Config
-
-        Config.initialize("")
-    except (ImportError, AttributeError):  # pragma: no cover - older/newer Ray without it
+        if config is not None:
+            config.initialize("")
+    except AttributeError:  # pragma: no cover - a Config without initialize
         pass
 
 
@@ -129,9 +130,10 @@ class _Routing:
     saved_fd: int
     #: ``sys.stderr`` before it was rebound to ``saved_fd``; None when it was left alone
     saved_stderr: TextIO | None
+    #: :func:`warnings.showwarning` before it was replaced by :func:`_show_warning`
+    saved_showwarning: Callable[..., None]
     #: console handlers taken off Ray's loggers, to put back on :func:`restore_ray_logs`
     removed: list[tuple[logging.Logger, logging.Handler]] = field(default_factory=list)
-    saved_showwarning: Any = None
 
 
 _ROUTING: _Routing | None = None
@@ -174,8 +176,7 @@ def route_ray_logs(log_path: str | os.PathLike[str]) -> Path:
             saved_stderr = sys.stderr
             sys.stderr = os.fdopen(os.dup(saved_fd), "w", buffering=1, encoding=getattr(saved_stderr, "encoding", None),
                                    errors="backslashreplace")
-        _ROUTING = _Routing(path, handler, saved_fd, saved_stderr)
-        _ROUTING.saved_showwarning = warnings.showwarning
+        _ROUTING = _Routing(path, handler, saved_fd, saved_stderr, warnings.showwarning)
         warnings.showwarning = _show_warning
         _route_relayed_prints()
     else:
@@ -219,7 +220,7 @@ def ray_log_path() -> Path | None:
     return _ROUTING.path if _ROUTING else None
 
 
-def _is_fd2(stream: Any) -> bool:
+def _is_fd2(stream: TextIO | None) -> bool:
     try:
         return stream is not None and stream.fileno() == 2
     except (AttributeError, OSError, ValueError):  # pytest's capture, a StringIO
@@ -271,7 +272,7 @@ def _route_relayed_prints() -> None:
     routed those lines go to the log. Patched once, on the module the relay threads look the function up in."""
     worker_mod = getattr(getattr(ray, "_private", None), "worker", None)
     original = getattr(worker_mod, "print_to_stdstream", None)
-    if original is None or getattr(original, "tokenmill_routed", False):
+    if worker_mod is None or original is None or getattr(original, "tokenmill_routed", False):
         return
 
     def print_to_stdstream(data: dict[str, Any], ignore_prefix: bool) -> None:

@@ -8,14 +8,21 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import FrameType
+from typing import Protocol
 
 #: like a shell's exit code for a process stopped by SIGINT
 EXIT_CANCELLED = 130
 
 
+class Cancellable(Protocol):
+    """What a signal stops: a :class:`pipeline.job.engine.Job`."""
+
+    def cancel(self) -> None: ...
+
+
 @contextlib.contextmanager
-def cancel_on_signals(job: Any, on_cancel: Callable[[], None] | None = None) -> Iterator[None]:
+def cancel_on_signals(job: Cancellable, on_cancel: Callable[[], None] | None = None) -> Iterator[None]:
     """The first SIGINT or SIGTERM asks ``job`` to cancel (it stops within seconds and publishes nothing) and
     interrupts whatever the driver is blocked in (a dedup stage's ``ray.get``, Ray Data's iterator): the engine
     turns that KeyboardInterrupt into JobCancelled. A second signal exits at once with 130. The previous
@@ -25,7 +32,7 @@ def cancel_on_signals(job: Any, on_cancel: Callable[[], None] | None = None) -> 
         return
     count = 0
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         nonlocal count
         count += 1
         if count > 1:

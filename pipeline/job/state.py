@@ -4,6 +4,9 @@
 phase ends); ``ranges.jsonl`` and ``shards.jsonl`` get one line per packed range and per written
 shard, appended and fsynced by the driver as each task reports, so a crash loses at most the work
 that was in flight. A torn last line (the crash came mid-write) is ignored.
+
+Only JSON lives here: the phases' typed records (:mod:`pipeline.job.records`) are turned into JSON and
+back at these points alone.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from pipeline import storage
 
@@ -22,16 +25,19 @@ EVENTS = "events.jsonl"
 LOG = "job.log"
 STATE_FORMAT = 1
 
+#: a JSON object as saved and read back (values of every JSON shape)
+JsonObject = dict[str, Any]
+
 
 class StateError(ValueError):
     """The work folder belongs to another spec, or cannot be read."""
 
 
-def write_json_atomic(path: str, data: Any) -> None:
+def write_json_atomic(path: str, data: object) -> None:
     storage.write_bytes(os.fspath(path), json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
 
 
-def read_jsonl(path: str) -> list[dict[str, Any]]:
+def read_jsonl(path: str) -> list[JsonObject]:
     """Complete records of an append-only log; a torn last line is dropped."""
     try:
         text = storage.read_text(os.fspath(path))
@@ -60,9 +66,9 @@ class JsonlLog:
         self._remote = storage.is_remote(self.path)
         self._lines: list[str] = []
         self._flushed = 0.0
+        self._f: TextIO | None = None
         if self._remote:
             self._lines = [json.dumps(r, sort_keys=True) + "\n" for r in read_jsonl(self.path)]
-            self._f = None
             return
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         self._trim_torn_tail()
@@ -77,9 +83,9 @@ class JsonlLog:
             if f.read() != text:
                 write_text_atomic(self.path, text)
 
-    def append(self, record: dict[str, Any], sync: bool = True) -> None:
+    def append(self, record: JsonObject, sync: bool = True) -> None:
         line = json.dumps(record, sort_keys=True, default=str) + "\n"
-        if self._remote:
+        if self._f is None:  # an object store
             self._lines.append(line)
             if sync or time.monotonic() - self._flushed >= self.REMOTE_FLUSH_S:
                 self._flush_remote()
@@ -94,7 +100,7 @@ class JsonlLog:
         self._flushed = time.monotonic()
 
     def close(self) -> None:
-        if self._remote:
+        if self._f is None:
             self._flush_remote()
         else:
             self._f.close()
@@ -104,13 +110,19 @@ def write_text_atomic(path: str, text: str) -> None:
     storage.write_text(os.fspath(path), text)
 
 
+def clear(work: str) -> None:
+    """Empty the work folder (a new job, or one that has been committed)."""
+    storage.rmtree(work)
+    storage.makedirs(work)
+
+
 class WorkState:
-    """The work folder of one spec: finished phases and their records."""
+    """The work folder of one spec: finished phases, each with its record (JSON) and its seconds."""
 
     def __init__(self, work: str, spec_hash: str):
         self.work = os.fspath(work)
         self.spec_hash = spec_hash
-        self.phases: dict[str, dict[str, Any]] = {}
+        self.phases: dict[str, JsonObject] = {}
 
     @classmethod
     def open(cls, work: str, spec_hash: str) -> WorkState:
@@ -137,11 +149,16 @@ class WorkState:
     def is_new(self) -> bool:
         return not storage.exists(storage.join(self.work, STATE))
 
-    def done(self, phase: str) -> dict[str, Any] | None:
+    def done(self, phase: str) -> JsonObject | None:
+        """The record ``phase`` finished with (its ``seconds`` included), or None if it has not."""
         return self.phases.get(phase)
 
-    def finish(self, phase: str, record: dict[str, Any]) -> None:
-        self.phases[phase] = record
+    def seconds(self, phase: str) -> float:
+        """How long a finished phase took (0 for one that has not finished)."""
+        return float((self.phases.get(phase) or {}).get("seconds", 0.0))
+
+    def finish(self, phase: str, record: JsonObject, seconds: float) -> None:
+        self.phases[phase] = {**record, "seconds": seconds}
         self.save()
 
     def save(self) -> None:

@@ -10,33 +10,58 @@ block lost from the object store is rebuilt by re-running the tasks that made it
 its batch again. Every report therefore carries a key naming the batch it counts (the batch's
 documents, else the Ray task and the report's position in it, both the same in every re-run); the
 first report of a key counts and a repeat is ignored, and the batch's ``rejected/`` file is named by
-the same key, so a re-run overwrites it instead of adding a second copy.
+the same key, so a re-run overwrites it instead of adding a second copy. That file is written with
+:func:`pipeline.storage.write_bytes` (the one atomic write), so a reader never sees half of it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import uuid
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pipeline import storage
 from pipeline.documents import reject_row
 from pipeline.stages.metrics import StageMetrics
+
+#: a document or rejected row as the stages hand it over: a JSON-like record of any field types
+Row = dict[str, Any]
+#: the stats actor's handle: Ray's types cannot express a call of an actor's method (``actor.add.remote``)
+StatsHandle = Any
+
+
+@dataclass
+class StageSums:
+    """One stage's counts, summed over the batches it reported."""
+
+    docs_in: int = 0
+    docs_out: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        """The shape ``stats.json`` has always had (dropped reasons sorted, seconds to the millisecond)."""
+        return {"docs_in": self.docs_in, "docs_out": self.docs_out, "dropped": dict(sorted(self.dropped.items())),
+                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out, "seconds": round(self.seconds, 3)}
 
 
 class StageTotals:
     """What the stats actor holds: every stage's sums, each batch counted once (pure logic, no Ray)."""
 
     def __init__(self) -> None:
-        self.stages: dict[str, dict[str, Any]] = {}
+        self.stages: dict[str, StageSums] = {}
         self.metrics: dict[str, StageMetrics] = {}
         #: per stage, the keys of the batches already counted
         self.seen: dict[str, set[str]] = {}
@@ -63,27 +88,22 @@ class StageTotals:
                 self.repeats[stage] += 1
                 return False
             seen.add(key)
-        if stage not in self.stages:
-            self.stages[stage] = {
-                "docs_in": 0, "docs_out": 0, "dropped": Counter(), "bytes_in": 0, "bytes_out": 0,
-                "seconds": 0.0,
-            }
-        s = self.stages[stage]
-        s["docs_in"] += docs_in
-        s["docs_out"] += docs_out
-        s["dropped"].update(dropped or {})
-        s["bytes_in"] += bytes_in
-        s["bytes_out"] += bytes_out
-        s["seconds"] += seconds
+        s = self.stages.setdefault(stage, StageSums())
+        s.docs_in += docs_in
+        s.docs_out += docs_out
+        s.dropped.update(dropped or {})
+        s.bytes_in += bytes_in
+        s.bytes_out += bytes_out
+        s.seconds += seconds
         if metrics:
             self.metrics.setdefault(stage, StageMetrics()).merge(metrics)
         return True
 
-    def snapshot(self) -> dict[str, dict[str, Any]]:
+    def snapshot(self) -> dict[str, dict[str, object]]:
         """Every stage's counts; ``counters`` and ``scores`` (summaries) where the stage recorded any."""
         out = {}
         for k, v in self.stages.items():
-            entry = {**v, "dropped": dict(sorted(v["dropped"].items())), "seconds": round(v["seconds"], 3)}
+            entry = v.to_json()
             m = self.metrics.get(k)
             if m and m.counters:
                 entry["counters"] = dict(sorted(m.counters.items()))
@@ -101,11 +121,9 @@ class StageTotals:
 StatsActor = ray.remote(num_cpus=0)(StageTotals)
 
 
-def start_stats_actor() -> Any:
+def start_stats_actor() -> StatsHandle:
     """A stats actor on this (the driver's) node: no CPU of its own, and it lives as long as the driver
     does rather than dying with a worker node and taking the counts of finished batches with it."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     try:
         node = ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - a driver that cannot tell its node: anywhere will do
@@ -113,10 +131,8 @@ def start_stats_actor() -> Any:
     return StatsActor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
 
 
-def batch_key(ords: Any) -> str:
+def batch_key(ords: npt.ArrayLike) -> str:
     """A key for a batch of documents: a digest of its ``ord`` values (unique per document)."""
-    import numpy as np
-
     data = np.ascontiguousarray(np.asarray(ords, dtype=np.int64)).tobytes()
     return "ords:" + hashlib.blake2b(data, digest_size=12).hexdigest()
 
@@ -154,19 +170,24 @@ class StageRecorder:
     """What a stage's Ray tasks use to count and to set documents aside."""
 
     stage: str
-    actor: Any
+    actor: StatsHandle
     rejected_dir: str | None
     #: the curate attempt this recorder belongs to (its ``rejected/`` file names carry it)
     attempt: int = 1
 
-    def counts(self, key: str | None = None, **kw: Any) -> None:
-        """Report one batch's counts. ``key`` names the batch (see :func:`batch_key`); without one, the
-        running Ray task names it (:func:`task_key`). A repeat of a key already counted is ignored."""
+    def counts(self, key: str | None = None, *, docs_in: int = 0, docs_out: int = 0,
+               dropped: dict[str, int] | None = None, bytes_in: int = 0, bytes_out: int = 0, seconds: float = 0.0,
+               metrics: StageMetrics | None = None) -> None:
+        """Report one batch's counts (:meth:`StageTotals.add`). ``key`` names the batch (see :func:`batch_key`);
+        without one, the running Ray task names it (:func:`task_key`). A repeat of a key already counted is
+        ignored."""
         if key is None:
             key = task_key(self.stage, "counts")
-        ray.get(self.actor.add.remote(self.stage, key=key, **kw))
+        ray.get(self.actor.add.remote(self.stage, docs_in=docs_in, docs_out=docs_out, dropped=dropped,
+                                      bytes_in=bytes_in, bytes_out=bytes_out, seconds=seconds, metrics=metrics,
+                                      key=key))
 
-    def rejects(self, rows: list[dict[str, Any]], key: str | None = None) -> None:
+    def rejects(self, rows: list[Row], key: str | None = None) -> None:
         """Write dropped documents as one JSONL file, each in the one rejected-record schema
         (:func:`pipeline.documents.reject_row`) with this stage's type name (``exact_dedup`` for the
         stage folder ``03-exact_dedup``), whatever shape the stage handed them in. The file is named by
@@ -178,30 +199,25 @@ class StageRecorder:
         stage = re.sub(r"^[0-9]+-", "", self.stage)
         name = hashlib.blake2b(key.encode(), digest_size=16).hexdigest() if key else uuid.uuid4().hex
         # orjson: dropped duplicates carry their whole text, and json.dumps took seconds on a batch of them
-        data = b"".join(_reject_line(reject_row(row, row.get("reason"), row.get("detail"), stage)) for row in rows)
+        # a row always carries its reason: a stage's drop, or reject_row's own output
+        data = b"".join(_reject_line(reject_row(row, cast(str, row.get("reason")), row.get("detail"), stage))
+                        for row in rows)
         path = storage.join(self.rejected_dir, self.stage, f"{reject_file_tag(self.attempt)}{name}.jsonl")
-        if storage.is_remote(path):
-            storage.write_bytes(path, data)  # one whole-object PUT
-            return
-        # locally a rename without fsync: a job that crashes redoes its curate phase, rejected/ with it
-        path = storage.local_path(path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        storage.write_bytes(path, data)
 
 
-def _reject_line(row: dict[str, Any]) -> bytes:
+def _reject_line(row: Row) -> bytes:
     try:
         return orjson.dumps(row, default=_jsonable, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
     except (TypeError, orjson.JSONEncodeError):  # e.g. an int over 64 bits in a detail: json writes it
         return (json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n").encode("utf-8")
 
 
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
+def _jsonable(value: object) -> object:
+    """What orjson and json cannot write themselves: numpy values as lists/numbers, bytes as text, else str."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)

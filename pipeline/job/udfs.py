@@ -12,14 +12,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
 import ray
 from pydantic import BaseModel
+from ray import ObjectRef
 
 from pipeline.documents import (
     DOC_SCHEMA,
+    Doc,
     Drop,
     docs_bytes,
     docs_to_table,
@@ -29,10 +30,15 @@ from pipeline.documents import (
     text_bytes,
 )
 from pipeline.job.stats import StageRecorder, batch_key
+from pipeline.readers import read_file
 from pipeline.spec import InputSpec
 from pipeline.stages.base import Stage, StageContext, run_batch
 
 READ_BATCH = 512
+#: what ``prepare()`` gave, in the object store (wrapped in a tuple so Ray hands the ref over instead of resolving it)
+Prepared = tuple[ObjectRef | None]
+#: a :class:`BatchStageRunner`'s constructor arguments (:meth:`BatchStageRunner.constructor_args`)
+StageLink = tuple[type[Stage], str, StageContext, StageRecorder, Prepared]
 
 
 class ReadFiles:
@@ -44,20 +50,17 @@ class ReadFiles:
     objects, without a round trip through Arrow and the object store, and one pool of workers does both.
     """
 
-    def __init__(self, recorder: StageRecorder, links: list[tuple[Any, ...]] | None = None,
-                 batch_docs: int = READ_BATCH):
+    def __init__(self, recorder: StageRecorder, links: list[StageLink] | None = None, batch_docs: int = READ_BATCH):
         self.recorder = recorder
         self.chain = StageChain(links) if links else None
         self.batch_docs = batch_docs
 
     def __call__(self, files: pa.Table) -> Iterator[pa.Table]:
-        from pipeline.readers import read_file
-
         for row in files.to_pylist():
             spec = InputSpec.model_validate_json(row["input"])
             t0 = time.perf_counter()
-            docs: list[dict[str, Any]] = []
-            rejects: list[dict[str, Any]] = []
+            docs: list[Doc] = []
+            rejects: list[Doc] = []
             dropped: Counter[str] = Counter()
             n = 0  # the file's n-th batch: the same in a re-run, which reads the same file the same way
             for item in read_file(row["file_index"], row["path"], spec):
@@ -73,8 +76,7 @@ class ReadFiles:
             if docs or rejects:
                 yield self._flush(f"file:{row['file_index']}:{n}", docs, rejects, dropped, t0)
 
-    def _flush(self, key: str, docs: list[dict[str, Any]], rejects: list[dict[str, Any]], dropped: Counter[str],
-               t0: float) -> pa.Table:
+    def _flush(self, key: str, docs: list[Doc], rejects: list[Doc], dropped: Counter[str], t0: float) -> pa.Table:
         size = docs_bytes(docs)
         self.recorder.rejects(rejects, key=key)
         self.recorder.counts(
@@ -94,7 +96,7 @@ class BatchStageRunner:
     """
 
     def __init__(self, stage_cls: type[Stage], params_json: str, ctx: StageContext, recorder: StageRecorder,
-                 prepared: tuple[Any] = (None,)):
+                 prepared: Prepared = (None,)):
         self.stage = stage_cls(stage_cls.Params.model_validate_json(params_json), ctx)
         ref = prepared[0]  # wrapped in a tuple so Ray hands the ref over instead of resolving it
         if ref is not None:
@@ -104,7 +106,7 @@ class BatchStageRunner:
 
     @staticmethod
     def constructor_args(stage_cls: type[Stage], params: BaseModel, ctx: StageContext, recorder: StageRecorder
-                         ) -> tuple[Any, ...]:
+                         ) -> StageLink:
         """``fn_constructor_args`` for one stage: runs ``prepare()`` here, on the driver, once per job,
         and ships its value through Ray's object store (``ray.put``) rather than per worker or batch."""
         prepared = stage_cls(params, ctx).prepare()
@@ -115,8 +117,7 @@ class BatchStageRunner:
         docs, _ = self.run_docs(table_to_docs(table), text_bytes(table), batch_key(table.column("ord")))
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
-    def run_docs(self, docs: list[dict[str, Any]], size_in: int, key: str | None = None
-                 ) -> tuple[list[dict[str, Any]], int]:
+    def run_docs(self, docs: list[Doc], size_in: int, key: str | None = None) -> tuple[list[Doc], int]:
         """Run the stage on one batch of documents and record what it did under ``key`` (the batch's name,
         see :func:`pipeline.job.stats.batch_key`); returns the kept ones and their UTF-8 size (the next
         stage's ``bytes_in``)."""
@@ -142,7 +143,7 @@ class StageChain:
     Each stage still gets its own counters, seconds, drops and ``rejected/`` rows, as if it ran alone.
     """
 
-    def __init__(self, links: list[tuple[Any, ...]]):
+    def __init__(self, links: list[StageLink]):
         self.runners = [BatchStageRunner(*args) for args in links]
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -150,7 +151,7 @@ class StageChain:
         docs = self.run(table_to_docs(table), text_bytes(table), batch_key(table.column("ord")))
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
-    def run(self, docs: list[dict[str, Any]], size: int, key: str) -> list[dict[str, Any]]:
+    def run(self, docs: list[Doc], size: int, key: str) -> list[Doc]:
         """The documents each stage keeps in turn (``size``: their UTF-8 bytes; ``key``: the batch's name)."""
         for runner in self.runners:
             if not docs:
@@ -158,28 +159,3 @@ class StageChain:
             docs, size = runner.run_docs(docs, size, key)
         return docs
 
-
-class TokenizeBatch:
-    """Ray Data UDF: documents in, token ids (and loss masks for SFT documents) out."""
-
-    def __init__(self, tokenizer_json: str, info: Any, recorder: StageRecorder):
-        from tokenizers import Tokenizer
-
-        from pipeline.tokenize import DocEncoder
-
-        self.encoder = DocEncoder(Tokenizer.from_str(tokenizer_json), info)
-        self.recorder = recorder
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        t0 = time.perf_counter()
-        texts = table.column("text").to_pylist()
-        segments = table.column("segments").to_pylist()
-        encoded = self.encoder.encode(texts, segments)
-        ids = pa.array([e[0] for e in encoded], type=pa.large_list(pa.int32()))
-        masks = pa.array([e[1] for e in encoded], type=pa.large_list(pa.uint8()))
-        out = pa.table({"id": table.column("id"), "ord": table.column("ord"), "ids": ids, "mask": masks})
-        self.recorder.counts(
-            key=batch_key(table.column("ord")), docs_in=table.num_rows, docs_out=table.num_rows,
-            bytes_in=text_bytes(table), seconds=time.perf_counter() - t0,
-        )
-        return out

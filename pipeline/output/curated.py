@@ -30,7 +30,7 @@ def worker_name() -> str:
     """``host:pid:node`` of the process running a task (the Ray node id's first 8 hex digits)."""
     node = "-"
     try:
-        import ray
+        import ray  # lazy: the driver imports this module (for its records) before it needs Ray
 
         if ray.is_initialized():
             node = ray.get_runtime_context().get_node_id()[:8]
@@ -65,14 +65,28 @@ def parquet_file(path: str) -> pq.ParquetFile:
 
 @dataclass(frozen=True)
 class Part:
+    """One curated Parquet part: its file name, rows, first ``ord``, text bytes and the worker that wrote it."""
+
     name: str
     rows: int
     first_ord: int
+    bytes: int = 0
+    writer: str = ""
+
+    def to_json(self) -> dict[str, str | int]:
+        """The row :func:`write_part` describes it with (and its line in the work folder's state)."""
+        return {"part": self.name, "rows": self.rows, "first_ord": self.first_ord, "bytes": self.bytes,
+                "writer": self.writer}
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Part:
+        return cls(str(row["part"]), int(row["rows"]), int(row["first_ord"]), int(row.get("bytes", 0)),
+                   str(row.get("writer", "")))
 
 
-def sorted_parts(records: list[dict[str, Any]]) -> list[Part]:
-    return sorted((Part(r["part"], int(r["rows"]), int(r["first_ord"])) for r in records),
-                  key=lambda p: p.first_ord)
+def sorted_parts(parts: list[Part]) -> list[Part]:
+    """Parts in corpus order (by first ``ord``): the order every range read counts rows in."""
+    return sorted(parts, key=lambda p: p.first_ord)
 
 
 def read_rows(folder: str, parts: list[Part], lo: int, hi: int, columns: list[str] | None = None) -> pa.Table:
@@ -85,12 +99,13 @@ def read_rows(folder: str, parts: list[Part], lo: int, hi: int, columns: list[st
         if end > lo and start < hi:
             a, b = max(lo, start) - start, min(hi, end) - start
             f = parquet_file(storage.join(folder, part.name))
-            groups, offset, first_group_start = [], 0, None
+            groups: list[int] = []
+            offset, first_group_start = 0, -1
             for g in range(f.num_row_groups):
                 n = f.metadata.row_group(g).num_rows
                 if offset + n > a and offset < b:
                     groups.append(g)
-                    if first_group_start is None:
+                    if first_group_start < 0:
                         first_group_start = offset
                 offset += n
             t = f.read_row_groups(groups, columns=columns)

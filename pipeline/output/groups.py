@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pyarrow as pa
 
@@ -38,8 +37,8 @@ def group_name(meta: str | dict | None, key: str) -> str:
     return UNKNOWN
 
 
-def split_part(folder: str, part: Part, key: str, dest: str) -> list[dict[str, Any]]:
-    """Ray task: write the rows of one curated part into one part per group; return their records."""
+def split_part(folder: str, part: Part, key: str, dest: str) -> list[tuple[str, Part]]:
+    """Ray task: write the rows of one curated part into one part per group; return each group's new part."""
     table = parquet_file(storage.join(folder, part.name)).read()
     names = [group_name(m, key) for m in table.column("meta").to_pylist()]
     rows: dict[str, list[int]] = {}
@@ -51,16 +50,13 @@ def split_part(folder: str, part: Part, key: str, dest: str) -> list[dict[str, A
         first = int(sub.column("ord")[0].as_py())
         fname = f"part-{first:020d}.parquet"
         write_parquet(sub, storage.join(dest, name, fname))
-        out.append({"group": name, "part": fname, "rows": sub.num_rows, "first_ord": first,
-                    "bytes": text_bytes(sub), "writer": worker_name()})
+        out.append((name, Part(fname, sub.num_rows, first, text_bytes(sub), worker_name())))
     return out
 
 
-def collect_groups(records: list[list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """``{group: {"parts": [...], "docs": n}}`` from the records of every split task."""
-    groups: dict[str, dict[str, Any]] = {}
-    for rec in (r for recs in records for r in recs):
-        g = groups.setdefault(rec["group"], {"parts": [], "docs": 0})
-        g["parts"].append({k: rec[k] for k in ("part", "rows", "first_ord", "bytes", "writer")})
-        g["docs"] += rec["rows"]
+def collect_groups(split: list[list[tuple[str, Part]]]) -> dict[str, list[Part]]:
+    """``{group: parts}``, groups by name, from what every split task returned (parts in task order)."""
+    groups: dict[str, list[Part]] = {}
+    for name, part in (p for parts in split for p in parts):
+        groups.setdefault(name, []).append(part)
     return dict(sorted(groups.items()))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from pipeline.shard_format import (
@@ -174,8 +175,6 @@ def verify_documents(out_dir: str | Path, index: DocumentsIndex) -> list[ShardCh
 
 def iter_documents(out_dir: str | Path, index: DocumentsIndex) -> Iterator[dict]:
     """The documents in ``ord`` order, as dicts (``meta`` parsed)."""
-    import pyarrow.parquet as pq
-
     for part in index.parts:
         path = Path(out_dir) / part["name"]
         if index.format == "jsonl":

@@ -1,4 +1,5 @@
-"""Write packed sequences as WebDataset shards: fixed tar metadata, checksums, temp name then rename.
+"""Write packed sequences as WebDataset shards: fixed tar metadata, checksums, and every file through the
+one atomic write (:func:`pipeline.storage.write_bytes`: temp name, fsync, rename; one PUT on a store).
 
 :func:`write_shard` is the one place a shard file is made (the job's Ray tasks call it);
 :class:`ShardSetWriter` streams sequences into consecutive shards in one process (benchmarks, tools).
@@ -17,7 +18,6 @@ from pipeline.shard_format import (
     MANIFEST,
     Manifest,
     ShardInfo,
-    atomic_write_bytes,
     encode_sample,
     sha256_bytes,
     shard_name,
@@ -73,4 +73,4 @@ class ShardSetWriter:
 
 def write_manifest(out_dir: str | os.PathLike, manifest: Manifest) -> None:
     """The manifest goes last: its presence means every shard it lists is complete."""
-    atomic_write_bytes(Path(out_dir) / MANIFEST, manifest.to_json().encode())
+    storage.write_bytes(storage.join(os.fspath(out_dir), MANIFEST), manifest.to_json().encode())

@@ -21,7 +21,7 @@ from typing import Literal
 from presidio_anonymizer import AnonymizerEngine
 from presidio_anonymizer.entities import OperatorConfig, RecognizerResult
 
-from pipeline.pii.detector import Entity
+from pipeline.pii.entity import Entity
 
 Action = Literal["placeholder", "hash", "keep"]
 #: Presidio's ``Hash`` operator refuses a salt shorter than 16 bytes (128 bits); the same rule here

@@ -27,13 +27,14 @@ import functools
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import regex
 from presidio_analyzer import EntityRecognizer, PatternRecognizer, RecognizerResult
 from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 
 from pipeline.pii.analyzer import LANGUAGE, PHONE_REGIONS, SHORT_CUE, build_analyzer, build_recognizers
+from pipeline.pii.entity import Entity
+from pipeline.pii.ner import SpacyNer
 from pipeline.pii.prefilter import ESCAPED_BREAK, GATES, STRONG_GATES, Prefilter, Rule, Window, context_start
 from pipeline.pii.recognizers import RUN, RUN_PAD
 from pipeline.pii.validity import arbitrate
@@ -49,19 +50,6 @@ CALL_CHARS = 64_000
 #: Presidio's own default, 0, keeps every weak match: on ``bench/eval_pii.py`` precision falls from 0.99 to
 #: 0.85 (min recall of the six goal types 0.98 -> 0.99).
 SCORE_THRESHOLD = 0.4
-
-
-@dataclass(frozen=True)
-class Entity:
-    """A PII span ``text[start:end]`` of Presidio entity type ``type``."""
-
-    start: int
-    end: int
-    type: str
-    score: float
-
-    def as_meta(self) -> dict[str, object]:
-        return {"start": self.start, "end": self.end, "type": self.type, "score": round(self.score, 4)}
 
 
 class PiiDetector:
@@ -92,8 +80,6 @@ class PiiDetector:
                 self._by_entity.setdefault(e, []).append(rec)
         self.ner = None
         if spacy_model:
-            from pipeline.pii.ner import SpacyNer
-
             self.ner = SpacyNer(spacy_model, ner_entities)
         #: characters inside some window in the last :meth:`detect` call (what the prefilter let through)
         self.chars_analysed = 0

@@ -17,20 +17,14 @@ from pathlib import Path
 import spacy
 from presidio_analyzer.nlp_engine.ner_model_configuration import MODEL_TO_PRESIDIO_ENTITY_MAPPING
 
-from pipeline.pii.detector import Entity
+from pipeline.pii.entity import Entity
+from pipeline.pii.spacy_path import check_pipeline
 
 #: Presidio's ``SpacyRecognizer`` default ``ner_strength``
 NER_SCORE = 0.85
 #: texts are cut into pieces of at most this many characters (at whitespace) before spaCy sees them:
 #: spaCy refuses texts over ``nlp.max_length`` (1,000,000) and a parser's memory grows with text length
 PIECE_CHARS = 100_000
-
-
-def check_pipeline(path: str | Path) -> None:
-    """Raise ValueError unless ``path`` is a spaCy pipeline directory (what ``nlp.to_disk`` writes)."""
-    p = Path(path)
-    if not (p / "config.cfg").is_file() or not (p / "meta.json").is_file():
-        raise ValueError(f"spacy_model: {p} is not a spaCy pipeline directory (no config.cfg and meta.json)")
 
 
 class SpacyNer:

@@ -27,10 +27,13 @@ import json
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
+import phonenumbers
 from pydantic import Field, model_validator
 
 from pipeline.documents import Doc, Drop
 from pipeline.pii.prefilter import GATES
+from pipeline.pii.spacy_path import check_pipeline
+from pipeline.problems import ParamError
 from pipeline.stages.base import Stage, StageParams
 
 Action = Literal["placeholder", "hash", "keep"]
@@ -73,13 +76,13 @@ class PiiParams(StageParams):
         for field in ("entities", "extra_entities"):
             unknown = sorted(set(getattr(self, field) or ()) - PATTERN_ENTITIES)
             if unknown:
-                raise ValueError(f"{field}: unknown {unknown} (known: {', '.join(sorted(PATTERN_ENTITIES))})")
+                raise ParamError(field, f"unknown {unknown} (known: {', '.join(sorted(PATTERN_ENTITIES))})")
         known = PATTERN_ENTITIES | set(self.ner_entities)
         if unknown := sorted(set(self.actions) - known):
-            raise ValueError(f"actions: unknown entity types {unknown}")
+            raise ParamError("actions", f"unknown entity types {unknown}")
         uses_hash = self.default_action == "hash" or "hash" in self.actions.values()
         if uses_hash and len(self.salt.encode()) < 16:
-            raise ValueError("salt: the hash action needs a secret salt of at least 16 bytes")
+            raise ParamError("salt", "the hash action needs a secret salt of at least 16 bytes")
         return self
 
 
@@ -93,17 +96,14 @@ class PiiStage(Stage):
 
     def preflight(self) -> None:
         if self.params.phone_regions:
-            import phonenumbers
-
             unknown = sorted(set(self.params.phone_regions) - phonenumbers.SUPPORTED_REGIONS)
             if unknown:
-                raise ValueError(f"phone_regions: unknown regions {unknown} (ISO 3166 codes: US, DE, FR, ...)")
+                raise ParamError("phone_regions", f"unknown regions {unknown} (ISO 3166 codes: US, DE, FR, ...)")
         if self.params.spacy_model:
-            from pipeline.pii.ner import check_pipeline
-
             check_pipeline(self.params.spacy_model)
 
     def setup(self) -> None:
+        # these import Presidio (seconds): once per worker, never to validate a spec
         from pipeline.pii.actions import Redactor
         from pipeline.pii.analyzer import PHONE_REGIONS, default_entities
         from pipeline.pii.detector import PiiDetector

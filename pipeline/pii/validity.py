@@ -42,14 +42,11 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import regex
 
+from pipeline.pii.entity import Entity
 from pipeline.pii.prefilter import ESCAPED_BREAK
-
-if TYPE_CHECKING:
-    from pipeline.pii.detector import Entity
 
 #: types whose value is a run of digits (with separators) that a recognizer takes by its shape: an
 #: identifier, a time or a quantity is none of them

@@ -11,7 +11,9 @@ dataset (dedup): implement ``apply(ds, recorder)`` on the Ray Dataset.
 
 **Params.** ``Params`` is a pydantic model inheriting :class:`StageParams` (unknown keys refused);
 a filter's inherits :class:`FilterParams`. The spec is parsed once; a stage reads ``self.params``.
-Check files in ``preflight()`` (raise ``ValueError("param: why")``), not in the model.
+Check files in ``preflight()``, not in the model. A check of one parameter, in ``preflight()`` or in
+a ``Params`` validator, raises :class:`~pipeline.problems.ParamError` ``("param", "why")``: the spec's
+problem is then placed at ``stages.<i>.params.<param>``.
 
 **Filters.** ``filter(doc)`` returns ``True`` (keep), a reason string (drop), or a
 :class:`Verdict` ``(keep, reason, scores)`` whose ``scores`` are per-document floats (a ratio, a
@@ -122,7 +124,8 @@ class Stage:
 
     def preflight(self) -> None:
         """Checks that need the filesystem (a model file, an earlier index), run when the spec is
-        validated so a bad path is refused before any work; raise ValueError naming the param."""
+        validated so a bad path is refused before any work; raise :class:`~pipeline.problems.ParamError`
+        naming the param (a plain ValueError is placed at the stage's params as a whole)."""
 
     def process(self, docs: list[Doc]) -> Iterable[Doc | Drop]:
         raise NotImplementedError

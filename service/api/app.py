@@ -22,16 +22,17 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.concurrency import run_in_threadpool
 
+from pipeline.problems import from_pydantic
+from service.admission import Refused
 from service.api.deps import require_key
 from service.api.keycache import KeyCache
 from service.api.routers import artifacts, dashboard, health, jobs, metrics, schedules
-from service.api.settings import Settings
-from service.api.submission import Refused, split_path
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.schedules.scheduler import Scheduler
+from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 
@@ -132,7 +133,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused) -> JSONResponse:
-        return JSONResponse({"detail": exc.problems}, exc.status_code)
+        return JSONResponse({"detail": exc.details()}, exc.status_code)
 
     @app.exception_handler(repo.NotFound)
     async def not_found(request: Request, exc: repo.NotFound) -> JSONResponse:
@@ -151,24 +152,13 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _is_operational(exc: DBAPIError) -> bool:
-    from sqlalchemy.exc import OperationalError
-
     return isinstance(exc, OperationalError)
 
 
 def field_problems(errors: Any) -> list[dict[str, Any]]:
-    """pydantic's errors as ``{loc, msg, type}``; the spec's own checks, which report several fields in one
-    message (``stages.0.type: ...; stages.1.params.x: ...``), become one problem per field."""
-    out: list[dict[str, Any]] = []
-    for err in errors:
-        loc, msg, kind = list(err.get("loc", ())), str(err.get("msg", "")), str(err.get("type", "value_error"))
-        if msg.startswith("Value error, "):
-            for part in msg[len("Value error, "):].split("; "):
-                path, text = split_path(part.strip())
-                out.append({"loc": loc + path, "msg": text, "type": kind})
-            continue
-        out.append({"loc": loc, "msg": msg, "type": kind})
-    return out
+    """pydantic's errors as ``{loc, msg, type}`` (:func:`pipeline.problems.from_pydantic`: a validator's own
+    message without pydantic's "Value error, " prefix); ``loc`` starts with where it was (``body``, ``query``)."""
+    return [from_pydantic(err).detail() for err in errors]
 
 
 def _version() -> str:

@@ -16,8 +16,8 @@ from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.keycache import KeyCache
-from service.api.settings import Settings
 from service.runner.supervisor import Supervisor
+from service.settings import Settings
 from service.store.db import Database
 from service.store.models import ApiKey
 

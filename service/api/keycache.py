@@ -34,7 +34,7 @@ from sqlalchemy import event, inspect
 from starlette.concurrency import run_in_threadpool
 
 from service import auth
-from service.api.settings import AUTH_CACHE_S
+from service.settings import AUTH_CACHE_S
 from service.store import repo
 from service.store.db import Database
 from service.store.models import ApiKey, utcnow

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from sqlalchemy.engine import Row
 
 from pipeline.spec import JobSpec
+from service.schedules.cron import check_cron, check_timezone, upcoming
 from service.store.models import ApiKey, Attempt, Job, JobState, RunState, Schedule, ScheduleRun, ScheduleVersion
 from service.store.repo import AttemptRow
 
@@ -76,19 +77,21 @@ class Throughput(BaseModel):
     tokens_per_s: float | None = None
 
 
-class AttemptOut(BaseModel):
-    number: int
-    host: str
-    pid: int | None
-    started_at: datetime
-    ended_at: datetime | None
-    exit_code: int | None
-    outcome: str | None = Field(None, description="succeeded | failed | cancelled | lost (ended without a result)")
+class Series(BaseModel):
+    """Throughput over time: cumulative ``[seconds since the attempt started, total so far]`` points (at most a
+    few hundred: a long attempt keeps every other one), rates being the steps between consecutive points."""
+
+    docs: list[tuple[float, int]] = Field(default_factory=list, description="documents read (curate)")
+    tokens: list[tuple[float, int]] = Field(default_factory=list,
+                                            description="tokens of the shards this attempt wrote, not those kept")
+
+
+class AttemptOut(AttemptRow):
+    """An attempt: the store's :class:`~service.store.repo.AttemptRow`, its fields declared there once."""
 
     @classmethod
     def of(cls, att: Attempt | AttemptRow) -> AttemptOut:
-        return cls(number=att.number, host=att.host, pid=att.pid, started_at=att.started_at, ended_at=att.ended_at,
-                   exit_code=att.exit_code, outcome=att.outcome)
+        return cls.model_validate(att, from_attributes=True)
 
 
 class JobDetail(JobOut):
@@ -101,13 +104,14 @@ class JobDetail(JobOut):
     tokens: int | None = None
     documents: int | None = None
     throughput: Throughput = Field(default_factory=Throughput)
+    series: Series = Field(default_factory=Series)
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase, and total")
     resumed_phases: list[str] = Field(default_factory=list, description="phases the latest attempt skipped")
     attempts: list[AttemptOut] = Field(default_factory=list)
     spec: dict[str, Any]
 
     @classmethod
-    def of(cls, job: Job | Row[Any], attempts: Sequence[Attempt | AttemptRow]) -> JobDetail:
+    def of_job(cls, job: Job | Row[Any], attempts: Sequence[Attempt | AttemptRow]) -> JobDetail:
         """From the ORM objects or from :func:`service.store.repo.job_status`'s rows (same attribute names)."""
         s = job.summary or {}
         shards = s.get("shards") or {}
@@ -122,6 +126,7 @@ class JobDetail(JobOut):
                           reused=shards.get("reused", 0), total=shards.get("total")),
             samples=s.get("samples"), tokens=s.get("tokens"), documents=s.get("documents"),
             throughput=Throughput(**(s.get("throughput") or {})),
+            series=Series(**(s.get("series") or {})),
             timings={k: float(v) for k, v in (s.get("seconds") or {}).items() if isinstance(v, int | float)},
             resumed_phases=s.get("resumed_phases") or [],
             attempts=[AttemptOut.of(a) for a in attempts],
@@ -190,14 +195,10 @@ Overlap = Literal["skip", "buffer_one"]
 
 
 def _cron(value: str) -> str:
-    from service.schedules.cron import check_cron
-
     return check_cron(value)
 
 
 def _zone(value: str) -> str:
-    from service.schedules.cron import check_timezone
-
     return check_timezone(value)
 
 
@@ -276,8 +277,6 @@ class ScheduleOut(BaseModel):
 
     @classmethod
     def of(cls, sched: Schedule, latest: int | None, last_run: ScheduleRun | None) -> ScheduleOut:
-        from service.schedules.cron import upcoming
-
         return cls(id=sched.id, name=sched.name, cron=sched.cron, timezone=sched.timezone, overlap=sched.overlap,
                    paused=sched.paused, output_path=sched.output_path, next_fire_at=sched.next_fire_at,
                    next_fire_times=upcoming(sched.cron, sched.timezone, sched.next_fire_at),

@@ -1,6 +1,8 @@
 // tokenmill dashboard: plain browser JavaScript, no library, no build step, nothing loaded from elsewhere.
 // The API key lives in this tab's sessionStorage and goes out only as a bearer header to this page's origin.
 // Every value from the API is rendered as text (textContent / SVG text nodes), never as markup.
+// The page folds no events itself: what it shows of a job is the job detail (GET /v1/jobs/{id}, the service's
+// summary folded by pipeline/job/fold.py), fetched again on each event of the job's stream and while it runs.
 "use strict";
 
 const KEY_ITEM = "tokenmill.apiKey";
@@ -14,7 +16,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 const fmt = (n) => (n === null || n === undefined || Number.isNaN(n)) ? "-" : Math.round(n).toLocaleString("en-US");
 
-let selected = null;  // {id, stream: AbortController, detailTimer, series, lastEvent, terminal}
+let selected = null;  // {id, stream: AbortController, detailTimer, lastEvent, terminal, loading, stale}
 let timers = [];
 
 // ---- the key ---------------------------------------------------------------------------------------------
@@ -123,13 +125,23 @@ function select(id) {
   history.replaceState(null, "", `#job=${encodeURIComponent(id)}`);
   for (const tr of $("jobs").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.job === id);
   const sel = { id, stream: new AbortController(), detailTimer: null, lastEvent: 0, terminal: false,
-                series: newSeries() };
+                loading: false, stale: false };
   selected = sel;
   $("job-panel").hidden = false;
-  const poll = () => loadDetail(sel).catch(() => {});
-  poll();
-  sel.detailTimer = setInterval(() => { if (!sel.terminal) poll(); }, DETAIL_EVERY_MS);
+  refresh(sel);
+  sel.detailTimer = setInterval(() => { if (!sel.terminal) refresh(sel); }, DETAIL_EVERY_MS);
   follow(sel);
+}
+
+function refresh(sel) {
+  // one detail request at a time: a stream catching up delivers hundreds of events at once, and those that
+  // arrive while a request is out ask for one more after it
+  if (sel.loading) { sel.stale = true; return; }
+  sel.loading = true;
+  loadDetail(sel).catch(() => {}).finally(() => {
+    sel.loading = false;
+    if (sel.stale && sel === selected) { sel.stale = false; refresh(sel); }
+  });
 }
 
 async function loadDetail(sel) {
@@ -151,6 +163,7 @@ async function loadDetail(sel) {
   $("job-error").textContent = job.error ? `${job.error.category}: ${job.error.message || ""}` : "";
   renderStages(job.stages);
   renderShards(job.shards);
+  renderThroughput(job.series);
 }
 
 function renderStages(stages) {
@@ -222,9 +235,7 @@ function renderShards(shards) {
     (shards.reused ? ` (${fmt(shards.reused)} kept from an earlier attempt)` : "");
 }
 
-// ---- events: throughput over time ------------------------------------------------------------------------
-
-function newSeries() { return { t0: null, docs: [], tokens: [], newTokens: 0 }; }
+// ---- events: each one asks for the detail again ------------------------------------------------------------
 
 async function follow(sel) {
   // Server-sent events over fetch (EventSource cannot send an Authorization header); resumes with Last-Event-ID.
@@ -246,7 +257,6 @@ async function follow(sel) {
           buffer = buffer.slice(end + 2);
         }
       }
-      renderThroughput(sel.series);
       if (sel.terminal || sel !== selected) return;  // the server ends the stream after the job's last event
     } catch (e) {
       if (e instanceof Unauthorized || sel.stream.signal.aborted) return;
@@ -265,56 +275,30 @@ function onFrame(sel, frame) {
     fields[k] = k in fields ? `${fields[k]}\n${v}` : v;
   }
   if (fields.id) sel.lastEvent = Number(fields.id);
-  if (!fields.data) return;
-  let ev;
-  try { ev = JSON.parse(fields.data); } catch { return; }
-  onEvent(sel, fields.event, ev);
-}
-
-function onEvent(sel, kind, ev) {
-  const s = sel.series;
-  if (kind === "job_started") {
-    sel.series = newSeries();
-    sel.series.t0 = ev.ts;
-  } else if (kind === "progress" && ev.phase === "curate") {
-    s.docs.push([ev.ts, ev.done]);
-  } else if (kind === "shard_written" && !ev.reused) {
-    s.newTokens += ev.tokens || 0;
-    s.tokens.push([ev.ts, s.newTokens]);
-  } else if (kind === "stage_counters") {
-    renderStages(Object.entries(ev.stages || {}).map(([stage, v]) => ({ stage, ...v })));
-  } else if (kind === "state") {
-    if (TERMINAL.has(ev.state)) sel.terminal = true;
-    loadDetail(sel).catch(() => {});
+  if (fields.event === "state" && fields.data) {
+    // the service's lifecycle event: a terminal one means the stream is about to end
+    try { if (TERMINAL.has(JSON.parse(fields.data).state)) sel.terminal = true; } catch { /* not JSON */ }
   }
-  if (kind === "progress" || kind === "shard_written") scheduleThroughput(sel);
+  if (fields.id) refresh(sel);
 }
 
-let throughputPending = false;
-function scheduleThroughput(sel) {
-  // a stream catching up delivers hundreds of events at once: draw once per frame
-  if (throughputPending) return;
-  throughputPending = true;
-  requestAnimationFrame(() => { throughputPending = false; if (sel === selected) renderThroughput(sel.series); });
-}
-
-function rates(points, t0) {
-  // cumulative [ts, total] -> [seconds since start, rate over the step before it]
+function rates(points) {
+  // cumulative [seconds since start, total] -> [seconds since start, rate over the step before it]
   const out = [];
   for (let i = 1; i < points.length; i++) {
     const dt = points[i][0] - points[i - 1][0];
-    if (dt > 0) out.push([points[i][0] - t0, (points[i][1] - points[i - 1][1]) / dt]);
+    if (dt > 0) out.push([points[i][0], (points[i][1] - points[i - 1][1]) / dt]);
   }
   return out;
 }
 
 function renderThroughput(series) {
+  // series: {docs: [[seconds, documents read]], tokens: [[seconds, tokens written]]} of the job detail
   const chart = $("throughput");
   const W = 560, H = 220, left = 70, right = 10, laneH = 80;
   chart.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  const t0 = series.t0 ?? Math.min(...[...series.docs, ...series.tokens].map((p) => p[0]));
-  const lanes = [["docs", "documents/s (curate)", rates(series.docs, t0)],
-                 ["tokens", "tokens/s (write)", rates(series.tokens, t0)]];
+  const lanes = [["docs", "documents/s (curate)", rates((series && series.docs) || [])],
+                 ["tokens", "tokens/s (write)", rates((series && series.tokens) || [])]];
   const tMax = Math.max(1, ...lanes.flatMap(([, , pts]) => pts.map((p) => p[0])));
   const nodes = [];
   lanes.forEach(([cls, label, pts], lane) => {

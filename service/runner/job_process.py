@@ -25,8 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.job import events as ev
+from pipeline.job.engine import Job
+from pipeline.job.errors import JobCancelled, JobError
 from pipeline.job.signals import cancel_on_signals
 from pipeline.job.state import JsonlLog
+from pipeline.preflight import problems as preflight_problems
+from pipeline.spec import SpecError, parse_spec
+from pipeline.tokenize import TokenizerError
+from service.confine import Roots
+from service.confine import problems as path_problems
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
@@ -55,11 +62,6 @@ class EventFile:
 
 def admit(run: dict[str, Any]) -> Any:
     """The run's spec, checked as the API checked it: schema, roots, files. Raises ``AdmissionError``."""
-    from pipeline.preflight import problems as preflight_problems
-    from pipeline.spec import SpecError, parse_spec
-    from service.confine import Roots
-    from service.confine import problems as path_problems
-
     try:
         spec = parse_spec(run["spec"])
     except SpecError as exc:
@@ -70,7 +72,7 @@ def admit(run: dict[str, Any]) -> Any:
             raise AdmissionError("\n".join(str(p) for p in refused), "validation")
     found = preflight_problems(spec)
     if found:
-        raise AdmissionError("\n".join(found), "input")
+        raise AdmissionError("\n".join(map(str, found)), "input")
     return spec
 
 
@@ -81,9 +83,6 @@ class AdmissionError(ValueError):
 
 
 def run_attempt(run_dir: Path) -> int:
-    from pipeline.job.engine import Job, JobCancelled, JobError
-    from pipeline.tokenize import TokenizerError
-
     sink = EventFile(run_dir / EVENTS_FILE)
     try:
         run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))

@@ -66,9 +66,9 @@ def auth_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def _client_class() -> Any:
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient  # lazy: imports ray (0.4 s), only with a Jobs API URL
 
-    class Client(JobSubmissionClient):  # type: ignore[misc, valid-type]
+    class Client(JobSubmissionClient):
         """The Jobs API client with a timeout on every request (Ray's own has none)."""
 
         def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:

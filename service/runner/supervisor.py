@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -40,7 +41,8 @@ from service.confine import Roots
 from service.runner import process
 from service.runner.job_process import EVENTS_FILE, LOG_FILE, RUN_FILE
 from service.runner.leader import LeaderLoop
-from service.runner.summary import fold, with_stats
+from service.runner.ray_jobs import RayJobs
+from service.runner.summary import fold_all, with_stats
 from service.store import repo
 from service.store.db import Database
 from service.store.models import ACTIVE, Attempt, Job, JobState, utcnow
@@ -84,8 +86,6 @@ class RunnerConfig:
 
     def executor(self) -> process.Executor:
         if self.ray_jobs_url:
-            from service.runner.ray_jobs import RayJobs
-
             return RayJobs(self.ray_jobs_url, env=self.env, stop_wait_s=self.cancel_grace_s)
         return process.LocalProcesses(self.job_command, self.env, LOG_FILE)
 
@@ -180,10 +180,7 @@ class Supervisor(LeaderLoop):
                 rec = {"type": "log", "level": "warning", "message": "an unreadable event line was skipped"}
             records.append(rec)
         repo.append_events(s, job, att.number, records)
-        summary = dict(job.summary or {})
-        for rec in records:
-            summary = fold(summary, rec)
-        job.summary = summary
+        job.summary = fold_all(job.summary or {}, records)
         job.updated_at = utcnow()
         att.events_offset += end + 1
         return len(chunk) == INGEST_CHUNK
@@ -222,8 +219,6 @@ class Supervisor(LeaderLoop):
         self.wake()  # a slot is free
 
     def _log_event(self, s: Session, job: Job, message: str) -> None:
-        import time
-
         repo.append_events(s, job, job.attempt,
                            [{"type": "log", "ts": time.time(), "level": "info", "message": message,
                              "source": "service"}])

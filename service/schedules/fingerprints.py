@@ -81,7 +81,7 @@ def scan(inputs: list[InputSpec], baseline: dict[str, dict[str, Any]]) -> Scan:
                 continue
             same_stat = (old is not None and not old.get("racy") and old.get("sha256")
                          and (old["size"], old["mtime_ns"]) == (st.st_size, st.st_mtime_ns))
-            if same_stat:
+            if same_stat and old is not None:
                 out.snapshot[path] = dict(old, racy=now_ns - st.st_mtime_ns < RACY_WINDOW_NS)
                 out.unchanged += 1
                 continue

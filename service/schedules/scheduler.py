@@ -17,7 +17,7 @@ One thread per service, beside the supervisor, and one scheduler per state folde
    - else the input files are fingerprinted against the last consuming run's snapshot
      (:mod:`service.schedules.fingerprints`); nothing new or changed is an ``unchanged`` run and no job;
      otherwise a job reading only those files (:func:`service.schedules.versions.refresh_spec`) is
-     checked as the API checks a submission (:func:`service.api.submission.admit`) and queued.
+     checked as the API checks a submission (:func:`service.admission.admit`) and queued.
 
 A run's row and its job are created in one transaction, and a slot is unique per schedule in the database,
 so a crash or a second scheduler never fires a slot twice. Fingerprinting reads files, so it runs outside
@@ -36,13 +36,14 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.spec import SpecError, parse_spec
-from service.api.settings import Settings
-from service.api.submission import Refused, admit
+from pipeline.problems import SpecError
+from pipeline.spec import parse_spec
+from service.admission import admit
 from service.runner.leader import LeaderLoop
 from service.schedules import versions
 from service.schedules.cron import Clock, next_fire, system_clock
 from service.schedules.fingerprints import Scan, scan
+from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 from service.store.models import CONSUMED, JobState, RunState, ScheduleRun, utcnow
@@ -225,11 +226,8 @@ class Scheduler(LeaderLoop):
         try:
             spec = parse_spec(data)
             admit(spec, self.settings)
-        except SpecError as exc:
+        except SpecError as exc:  # the schema's problems or admission's (Refused): one `field: message` line each
             return self._record(claim, RunState.FAILED, f"refused: {exc}", found)
-        except Refused as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in pr['loc'][1:])}: {pr['msg']}" for pr in exc.problems)
-            return self._record(claim, RunState.FAILED, f"refused: {problems}", found)
         with self.db.session() as s:
             sched = repo.lock_schedule(s, claim.schedule_id)
             if repo.active_run(s, claim.schedule_id) is not None:

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pipeline.job.output_dir import atomic_write_bytes
+from pipeline import storage
 from pipeline.readers.paths import expand_path, source_name
 
 LATEST = "latest"
@@ -64,7 +64,7 @@ def highest_on_disk(out: str | os.PathLike[str]) -> int:
 
 
 def write_latest(out: str | os.PathLike[str], number: int) -> None:
-    atomic_write_bytes(Path(out) / LATEST, f"{version_name(number)}\n".encode())
+    storage.write_bytes(str(Path(out) / LATEST), f"{version_name(number)}\n".encode())  # OSError naming it
 
 
 def read_latest(out: str | os.PathLike[str]) -> int | None:

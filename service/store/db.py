@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DisconnectionError
@@ -138,9 +140,6 @@ class Database:
 
     def migrate(self) -> None:
         """Create or upgrade the schema to the latest revision (idempotent)."""
-        from alembic import command
-        from alembic.config import Config
-
         if self.is_sqlite and self.url.database:
             Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
         with self.engine.begin() as conn:

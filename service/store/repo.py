@@ -15,8 +15,9 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
+from pydantic import BaseModel, Field
 from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
@@ -103,22 +104,27 @@ def get_job(s: Session, job_id: str) -> Job:
     return job
 
 
-class AttemptRow(NamedTuple):
-    """An attempt as a status read returns it (the columns the API shows)."""
+class AttemptRow(BaseModel):
+    """An attempt as a status read returns it: the columns the API shows (its ``AttemptOut`` is this record)."""
+
     number: int
     host: str
     pid: int | None
     started_at: datetime
     ended_at: datetime | None
     exit_code: int | None
-    outcome: str | None
+    outcome: str | None = Field(None, description="succeeded | failed | cancelled | lost (ended without a result)")
+
+
+#: the attempt columns a status read selects, in the order of :class:`AttemptRow`'s fields
+_ATTEMPT_COLUMNS = tuple(AttemptRow.model_fields)
 
 
 _STATUS_JOB = (Job.id, Job.name, Job.state, Job.attempt, Job.output_path, Job.created_at, Job.updated_at,
                Job.started_at, Job.finished_at, Job.failure_category, Job.error_message, Job.summary, Job.spec)
 #: built once (building a statement costs about as much CPU as running it on SQLite) and polled: the job's
 #: columns and its attempts', one row per attempt, in one statement (so one snapshot on any store)
-_JOB_STATUS = (select(*_STATUS_JOB, *(getattr(Attempt, f).label(f"attempt_{f}") for f in AttemptRow._fields))
+_JOB_STATUS = (select(*_STATUS_JOB, *(getattr(Attempt, f).label(f"attempt_{f}") for f in _ATTEMPT_COLUMNS))
                .outerjoin(Attempt, Attempt.job_id == Job.id).where(Job.id == bindparam("job_id"))
                .order_by(Attempt.number))
 
@@ -131,7 +137,9 @@ def job_status(conn: Connection | Session, job_id: str) -> tuple[Row[Any], list[
     if not rows:
         raise NotFound(f"no job {job_id!r}")
     n = len(_STATUS_JOB)
-    return rows[0], [AttemptRow(*r[n:]) for r in rows if r[n] is not None]
+    # the columns come typed from the database: no validation
+    return rows[0], [AttemptRow.model_construct(**dict(zip(_ATTEMPT_COLUMNS, r[n:], strict=True)))
+                     for r in rows if r[n] is not None]
 
 
 def lock_job(s: Session, job_id: str) -> Job:

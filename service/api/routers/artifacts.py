@@ -37,7 +37,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi import Path as PathParam
@@ -50,7 +50,7 @@ from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardFor
 from pipeline.storage import is_remote
 from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep
-from service.api.settings import Settings
+from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 from service.store.models import JobState
@@ -65,7 +65,7 @@ _GROUP_SMALL = frozenset({MANIFEST, TOKENIZER})
 _CACHE_SIZE = 256
 IMMUTABLE = "private, max-age=31536000, immutable"
 REVALIDATE = "private, no-cache"
-_FILE = {400: {"model": schemas.Message, "description": "not a plain relative name"},
+_FILE: dict[int | str, dict[str, Any]] = {400: {"model": schemas.Message, "description": "not a plain relative name"},
          403: {"model": schemas.Message, "description": "outside the output folder or the output roots"},
          404: {"model": schemas.Message, "description": "no such job, version or published file"},
          409: {"model": schemas.Message, "description": "the job has not succeeded"},

@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
@@ -17,9 +17,9 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from pipeline.spec import JobSpec
+from service.admission import admit
 from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep, SupervisorDep
-from service.api.submission import admit
 from service.runner.job_process import LOG_FILE
 from service.store import repo
 from service.store.db import Database
@@ -29,8 +29,9 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 #: most bytes of a log one request returns (its end); ``tail_bytes`` asks for less
 MAX_LOG_BYTES = 4 << 20
-_NOT_FOUND = {404: {"model": schemas.Message, "description": "no such job"}}
-_CONFLICT = {409: {"model": schemas.Message, "description": "not possible in the job's state"}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Message, "description": "no such job"}}
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": schemas.Message, "description": "not possible in the job's state"}}
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.JobOut, responses={
@@ -83,7 +84,7 @@ async def get_job(job_id: str, key: KeyDep, db: DbDep) -> schemas.JobDetail:
     # what clients poll: async, and the read goes through Database.run_read, not the thread pool (a sync route
     # would send its dependencies, its body and the response's validation there, each a handoff)
     job, attempts = await db.run_read(lambda conn: repo.job_status(conn, job_id))
-    return schemas.JobDetail.of(job, attempts)
+    return schemas.JobDetail.of_job(job, attempts)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -126,7 +126,7 @@ class JobFigures:
     docs_in: Counter[str] = field(default_factory=Counter)
     docs_out: Counter[str] = field(default_factory=Counter)
     dropped: Counter[tuple[str, str]] = field(default_factory=Counter)
-    stage_seconds: Counter[str] = field(default_factory=Counter)
+    stage_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     #: (phase, seconds) of each finished phase
     phases: list[tuple[str, float]] = field(default_factory=list)
     tokens: int = 0
@@ -142,24 +142,31 @@ class JobFigures:
             if not isinstance(st, dict):
                 continue
             name = _ORDER.sub("", str(key))
-            out.docs_in[name] += _num(st.get("docs_in"))
-            out.docs_out[name] += _num(st.get("docs_out"))
+            out.docs_in[name] += _count(st.get("docs_in"))
+            out.docs_out[name] += _count(st.get("docs_out"))
             out.stage_seconds[name] += _num(st.get("seconds"))
             dropped = st.get("dropped")
             for reason, n in (dropped.items() if isinstance(dropped, dict) else ()):
-                out.dropped[(name, str(reason))] += _num(n)
+                out.dropped[(name, str(reason))] += _count(n)
         phases = s.get("phases")
         for phase, info in (phases.items() if isinstance(phases, dict) else ()):
             if isinstance(info, dict) and info.get("state") == "finished":
-                out.phases.append((str(phase), float(_num(info.get("seconds")))))
-        shards = s.get("shards") if isinstance(s.get("shards"), dict) else {}
-        out.tokens = int(_num(s.get("tokens")))
-        out.shards_written, out.shards_reused = int(_num(shards.get("written"))), int(_num(shards.get("reused")))
+                out.phases.append((str(phase), _num(info.get("seconds"))))
+        raw_shards = s.get("shards")
+        shards: dict[str, Any] = raw_shards if isinstance(raw_shards, dict) else {}
+        out.tokens = _count(s.get("tokens"))
+        out.shards_written, out.shards_reused = _count(shards.get("written")), _count(shards.get("reused"))
         return out
 
 
 def _num(value: Any) -> float:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+    """A figure from a stored summary: a number, 0 for anything else (bool included)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _count(value: Any) -> int:
+    """A counter from a stored summary: a whole number, 0 for anything else."""
+    return int(_num(value))
 
 
 class StoreCollector(Collector):
@@ -198,20 +205,22 @@ class StoreCollector(Collector):
 
 
 def _families(figures: list[JobFigures]) -> Iterator[Metric]:
-    def counter(name: str, doc: str, labels: list[str], values: Counter[Any]) -> CounterMetricFamily:
+    def counter(name: str, doc: str, labels: list[str], values: Mapping[Any, float]) -> CounterMetricFamily:
         fam = CounterMetricFamily(name, doc, labels=labels)
         for key, value in sorted(values.items()):
             fam.add_metric(list(key) if isinstance(key, tuple) else [key], value)
         return fam
 
-    totals: dict[str, Counter[Any]] = {k: Counter() for k in ("in", "out", "dropped", "seconds")}
+    totals: dict[str, Counter[Any]] = {k: Counter() for k in ("in", "out", "dropped")}
+    stage_seconds: defaultdict[str, float] = defaultdict(float)
     phases: dict[str, list[float]] = {}
     tokens = written = reused = 0
     for f in figures:
         totals["in"].update(f.docs_in)
         totals["out"].update(f.docs_out)
         totals["dropped"].update(f.dropped)
-        totals["seconds"].update(f.stage_seconds)
+        for stage, seconds in f.stage_seconds.items():
+            stage_seconds[stage] += seconds
         for phase, seconds in f.phases:
             phases.setdefault(phase, []).append(seconds)
         tokens, written, reused = tokens + f.tokens, written + f.shards_written, reused + f.shards_reused
@@ -221,7 +230,7 @@ def _families(figures: list[JobFigures]) -> Iterator[Metric]:
     yield counter("tokenmill_stage_documents_dropped", "Documents each stage set aside, per reason",
                   ["stage", "reason"], totals["dropped"])
     yield counter("tokenmill_stage_seconds", "Seconds spent in each stage, summed over its workers",
-                  ["stage"], totals["seconds"])
+                  ["stage"], stage_seconds)
     hist = HistogramMetricFamily("tokenmill_phase_duration_seconds", "Duration of each finished job phase",
                                  labels=["phase"])
     for phase, values in sorted(phases.items()):

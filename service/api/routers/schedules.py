@@ -16,20 +16,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from pipeline.job.output_dir import OutputError, check_not_overlapping
+from pipeline.problems import NO_MATCH, Problem
 from pipeline.spec import JobSpec
+from service.admission import Refused, admit
 from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep
-from service.api.settings import Settings
-from service.api.submission import Refused, admit
 from service.schedules import versions
 from service.schedules.cron import next_fire, system_clock
+from service.settings import Settings
 from service.store import repo
 from service.store.models import Schedule
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
-_NOT_FOUND = {404: {"model": schemas.Message, "description": "no such schedule"}}
-_REFUSED = {
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Message, "description": "no such schedule"}}
+_REFUSED: dict[int | str, dict[str, Any]] = {
     403: {"model": schemas.ProblemList, "description": "a path outside the configured roots"},
     409: {"model": schemas.Message, "description": "another schedule publishes into or around this folder, or "
                                                    "the folder holds other files"},
@@ -37,29 +38,29 @@ _REFUSED = {
 }
 
 
-def _problem(loc: list[str | int], msg: str, kind: str) -> dict[str, Any]:
-    return {"loc": ["body", *loc], "msg": msg, "type": kind}
+#: where a schedule's spec lies in its request body
+_SPEC_AT = ("body", "spec")
 
 
 def check_spec(spec: JobSpec, settings: Settings, others: dict[str, str], own_id: str | None = None) -> str:
     """The schedule's resolved output folder, or :class:`Refused` / :class:`repo.Conflict` saying why not."""
     if not versions.has_dedup_stage(spec.model_dump(mode="json")):
-        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_problem(
-            ["spec", "stages"], "a schedule needs an exact_dedup or near_dedup stage: each run drops there the "
-                                "documents earlier versions published", "dedup_required")])
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [Problem(
+            ("stages",), "a schedule needs an exact_dedup or near_dedup stage: each run drops there the "
+                         "documents earlier versions published", "dedup_required")], _SPEC_AT)
     try:
         admit(spec, settings)
-    except Refused as exc:  # an input matching nothing yet is fine: each run checks the files it reads
-        kept = [dict(p, loc=["body", "spec", *p["loc"][1:]]) for p in exc.problems
-                if not (p["type"] == "preflight" and p["msg"].startswith("no file matches"))]
+    except Refused as exc:  # a path matching nothing yet is fine: each run checks the files it reads
+        kept = [p for p in exc.problems if p.kind != NO_MATCH]
         if kept:
-            raise Refused(exc.status_code, kept) from None
+            raise Refused(exc.status_code, kept, _SPEC_AT) from None
     out = os.path.realpath(spec.output.path)
     try:
         check_not_overlapping(out, [inp.path for inp in spec.inputs])
     except OutputError as exc:
-        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_problem(
-            ["spec", "output", "path"], str(exc).removeprefix("output.path: "), "overlaps_inputs")]) from None
+        # OutputError's one line names its field first: the reason is what follows it
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [Problem(
+            ("output", "path"), str(exc).removeprefix("output.path: "), "overlaps_inputs")], _SPEC_AT) from None
     for path, other in others.items():
         if other != own_id and (Path(out).is_relative_to(path) or Path(path).is_relative_to(out)):
             raise repo.Conflict(f"spec.output.path: schedule {other} publishes into {path}; a schedule's folder "
@@ -119,9 +120,9 @@ def update_schedule(schedule_id: str, body: schemas.SchedulePatch, key: KeyDep, 
         with db.read() as s:
             current, others = repo.get_schedule(s, schedule_id).output_path, repo.schedule_outputs(s)
         if os.path.realpath(body.spec.output.path) != current:
-            raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_problem(
-                ["spec", "output", "path"], f"a schedule's versions stay in {current}; create another schedule "
-                                            "for another folder", "output_fixed")])
+            raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [Problem(
+                ("output", "path"), f"a schedule's versions stay in {current}; create another schedule "
+                                    "for another folder", "output_fixed")], _SPEC_AT)
         check_spec(body.spec, settings, others, own_id=schedule_id)
     with db.session() as s:
         sched = repo.lock_schedule(s, schedule_id)

@@ -1,0 +1,124 @@
+"""The finalize phase: the ``documents/`` output, ``stats.json`` and the manifests staged, then committed.
+
+Everything is written into the stage folder first and published into the output folder in one step
+(:meth:`pipeline.job.output_dir.OutputDir.commit`); the work folder is emptied once it is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import ray
+
+from pipeline import storage
+from pipeline.job.records import (
+    CurateResult,
+    DocumentsRecord,
+    GroupStats,
+    OutputTotals,
+    Packing,
+    Seconds,
+    Stats,
+    TokenizeTotals,
+    WriteResult,
+    group_stage_dir,
+)
+from pipeline.job.state import WorkState, clear
+from pipeline.job.tasks import PhaseContext
+from pipeline.job.write import range_bounds
+from pipeline.output.curated import export_documents, sorted_parts
+from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, token_dtype
+from pipeline.spec import JobSpec
+
+
+def run(ctx: PhaseContext, state: WorkState, curated: CurateResult, written: list[WriteResult] | None,
+        t_start: float, commit: Callable[[], object]) -> tuple[Stats, Manifest | None]:
+    """Stage the outputs, commit them; returns the stats and the output's own manifest (None for a job
+    without shards, or with one shard set per ``output.split_by`` group)."""
+    documents = _export_documents(ctx, curated) if ctx.spec.output.documents else None
+    stats = job_stats(ctx.spec, curated, written, state, documents, ctx.par, time.perf_counter() - t_start)
+    storage.write_text(storage.join(ctx.stage, STATS), json.dumps(stats.to_json(), indent=2) + "\n")
+    manifest = _stage_manifests(ctx, written) if written is not None else None
+    ctx.check_cancel()
+    commit()
+    clear(ctx.work)
+    return stats, manifest
+
+
+def _export_documents(ctx: PhaseContext, curated: CurateResult) -> DocumentsRecord:
+    """``documents/part-NNNNNN.{parquet,jsonl}``: ``range_docs`` documents each, in ``ord`` order, so
+    the files are the same for any parallelism; listed with checksums in ``documents/index.json``."""
+    fmt = ctx.spec.output.documents or "parquet"
+    task = ray.remote(num_cpus=1)(export_documents)
+    parts = ray.put(sorted_parts(curated.parts))
+    bounds = range_bounds(curated.docs, ctx.spec.packing.range_docs)
+    curated_dir, dest = storage.join(ctx.work, "curated"), storage.join(ctx.stage, "documents")
+    listing = ctx.tasks.get_all(task.remote(curated_dir, parts, k, lo, hi, dest, fmt)
+                                for k, (lo, hi) in enumerate(bounds))
+    rows = sum(int(p["rows"]) for p in listing)
+    index = {"format": 1, "documents": fmt, "rows": rows, "parts": listing}
+    storage.write_text(storage.join(dest, "index.json"), json.dumps(index, indent=2) + "\n")
+    return DocumentsRecord(fmt, len(listing), rows)
+
+
+def _stage_manifests(ctx: PhaseContext, written: list[WriteResult]) -> Manifest | None:
+    """A manifest per shard set; a group's folder gets the tokenizer too, being a shard set of its own."""
+    tok_text = storage.read_text(storage.join(ctx.stage, TOKENIZER)) if any(r.group for r in written) else ""
+    manifests = []
+    for r in written:
+        folder = group_stage_dir(ctx.stage, r.group)
+        m = manifest(ctx.spec, r)
+        storage.write_text(storage.join(folder, MANIFEST), m.to_json())
+        if r.group:
+            storage.write_text(storage.join(folder, TOKENIZER), tok_text)
+        manifests.append(m)
+    return manifests[0] if len(written) == 1 and not written[0].group else None
+
+
+def manifest(spec: JobSpec, r: WriteResult) -> Manifest:
+    info = r.info
+    return Manifest(
+        spec_hash=spec.content_hash(),
+        tokenizer_hash=info.sha256,
+        seq_len=spec.packing.seq_len,
+        dtype=token_dtype(info.vocab_size).name,
+        vocab_size=info.vocab_size,
+        samples_per_shard=spec.output.samples_per_shard,
+        bos_id=info.bos_id if info.add_bos else None,
+        eos_id=info.eos_id if info.add_eos else None,
+        pad_id=info.pad_id,
+        has_loss_mask=r.has_mask,
+        shards=list(r.shards),
+        extra={"job": spec.name, "packing": r.packing.to_json(), "add_bos": info.add_bos, "add_eos": info.add_eos},
+    )
+
+
+def job_stats(spec: JobSpec, curated: CurateResult, written: list[WriteResult] | None, state: WorkState,
+              documents: DocumentsRecord | None, par: int, total_s: float) -> Stats:
+    """``stats.json``: every stage's counts (the write phase's tokenizing as ``90-tokenize``), the output,
+    per group with ``output.split_by``, and the seconds per phase."""
+    seconds = Seconds(curation=state.seconds("curate"), total=round(total_s, 3))
+    if written is None:
+        return Stats(spec.name, dict(curated.stages), OutputTotals(), seconds, _docs_per_s(curated, total_s), 0.0,
+                     par, documents=documents)
+    groups = None
+    if any(r.group for r in written):  # output.split_by: a shard set per group
+        docs = {g.name: g.docs for g in curated.groups}
+        groups = {r.group: GroupStats(docs[r.group], OutputTotals.of(r.shards), r.packing) for r in written}
+    tokenize = TokenizeTotals.merge([r.tokenize for r in written])
+    stages = {**curated.stages, "90-tokenize": {
+        "docs_in": tokenize.docs, "docs_out": tokenize.docs, "dropped": {}, "bytes_in": tokenize.bytes_in,
+        "bytes_out": 0, "seconds": tokenize.seconds}}
+    output = OutputTotals.of([s for r in written for s in r.shards])
+    seconds = Seconds(seconds.curation, seconds.total, state.seconds("tokenizer"), state.seconds("write"))
+    write_s = seconds.write or 0.0
+    tokens_per_s = round(output.tokens / max(write_s, 1e-9), 1) if write_s else 0.0
+    return Stats(spec.name, stages, output, seconds, _docs_per_s(curated, total_s), tokens_per_s, par, groups=groups,
+                 packing=Packing.merge([r.packing for r in written], spec.packing.seq_len, spec.packing.method),
+                 writers=len({w for r in written for w in r.writers}), documents=documents)
+
+
+def _docs_per_s(curated: CurateResult, total_s: float) -> float:
+    return round(curated.docs / max(total_s, 1e-9), 1)

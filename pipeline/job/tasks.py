@@ -1,0 +1,129 @@
+"""The Ray plumbing every phase shares: starting Ray, results with their errors translated, cancel.
+
+:class:`RayTasks` holds the job's work in flight: what a cancel stops, and where a task's failure
+becomes one :class:`~pipeline.job.errors.JobError` naming the phase. :class:`PhaseContext` is what a
+phase gets from the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import ray
+from ray import ObjectRef
+
+from pipeline import storage
+from pipeline.job import events as ev
+from pipeline.job.errors import JobError
+from pipeline.job.output_dir import describe_os_error
+from pipeline.job.ray_env import init_ray
+from pipeline.spec import JobSpec
+
+T = TypeVar("T")
+EventSink = Callable[[ev.Event], None]
+
+
+def start_ray(spec: JobSpec, log_path: str) -> bool:
+    """Start or join Ray for ``spec`` (True when this call started it); a cluster that cannot be reached
+    is an ``infra`` failure."""
+    ex = spec.execution
+    try:
+        return init_ray(ex.address, ex.num_cpus, log_path=log_path)
+    except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+        where = ex.address or "a local Ray node"
+        raise JobError(f"execution.address: cannot connect to {where}: {str(exc).splitlines()[0]}",
+                       "infra") from None
+
+
+def local_log_path(output: str, private: str) -> str:
+    """Ray's logs go to a local file: the output's ``.tokenmill/job.log``, or for an object-store output a
+    file in the temp folder named by the output (a log is appended to, which an object store cannot do)."""
+    if not storage.is_remote(output):
+        return storage.join(private, "job.log")
+    tag = hashlib.sha256(output.encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"tokenmill-{tag}.log")
+
+
+def stop_ray() -> None:
+    ray.shutdown()
+
+
+def parallelism(requested: int | None) -> int:
+    """Workers per stage: the spec's number, else the cluster's CPUs."""
+    return requested or max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+class RayTasks:
+    """The job's Ray work in flight. ``phase()`` names the phase a failure is reported in."""
+
+    def __init__(self, phase: Callable[[], str | None]):
+        self.phase = phase
+        self.inflight: list[ObjectRef] = []
+
+    def get(self, ref: ObjectRef[T]) -> T:
+        """A task's result; a task's own error becomes a JobError naming what failed."""
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            if isinstance(cause, JobError):
+                raise JobError(str(cause), cause.category) from None
+            if isinstance(cause, OSError):
+                raise JobError(describe_os_error(cause, cause.filename), "infra") from None
+            first = str(cause).splitlines()[0] if str(cause) else ""
+            raise JobError(f"{self.phase()}: {type(cause).__name__}: {first}", "app") from None
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                ray.exceptions.ObjectLostError) as exc:
+            raise JobError(f"{self.phase()}: Ray lost a worker: {str(exc).splitlines()[0]}", "infra") from None
+
+    def get_all(self, refs: Iterable[ObjectRef[T]]) -> list[T]:
+        """Every result, in order; the refs count as in flight until then."""
+        self.inflight = list(refs)
+        out = [self.get(r) for r in self.inflight]
+        self.inflight = []
+        return out
+
+    def submit(self, ref: ObjectRef[T]) -> None:
+        """One more task in flight, its result to come from :meth:`next_done`."""
+        self.inflight.append(ref)
+
+    def next_done(self, timeout: float) -> list[object]:
+        """The results of the tasks that finished within ``timeout`` seconds (at most one; none on a timeout)."""
+        if not self.inflight:
+            return []
+        done, _ = ray.wait(self.inflight, num_returns=1, timeout=timeout)
+        for ref in done:
+            self.inflight.remove(ref)
+        return [self.get(ref) for ref in done]
+
+    def cancel(self) -> None:
+        """Ask every task in flight to stop."""
+        # not force=True: force-killing workers while their tasks complete can abort the driver inside Ray
+        # ("Tried to complete task that was not pending", seen under the service); a Python task stops at its next
+        # bytecode, and a local Ray is shut down right after anyway
+        for ref in self.inflight:
+            try:
+                ray.cancel(ref, force=False)
+            except Exception:  # noqa: BLE001 - finished or already gone
+                pass
+        self.inflight = []
+
+
+@dataclass(frozen=True)
+class PhaseContext:
+    """What a phase works with: the spec, the output's work and stage folders, the workers, events, cancel."""
+
+    spec: JobSpec
+    #: ``.tokenmill/work``: what a rerun keeps (curated parts, ranges, the logs of finished work)
+    work: str
+    #: where outputs are staged until the commit publishes them
+    stage: str
+    par: int
+    emit: EventSink
+    check_cancel: Callable[[], None]
+    tasks: RayTasks

@@ -1,0 +1,116 @@
+"""What is wrong with a spec, as data: one :class:`Problem` per field, from the first check to the last reader.
+
+Every check (the schema, a stage's parameters, the files a spec names, the service's rules) reports
+:class:`Problem` records; the CLI prints them as ``field: message`` lines and the API returns them as 422
+``detail`` items (``{loc, msg, type}``). Nothing turns a message back into a field: a problem keeps its
+``loc`` from where it was found to where it is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+#: a field path: names and list indexes, as pydantic's ``loc`` (``("stages", 0, "params", "min_chars")``)
+Loc = tuple[str | int, ...]
+
+#: ``kind`` of a path or glob that matches no file (yet): an input, a benchmark. A schedule accepts it, since
+#: each of its runs checks the files it reads.
+NO_MATCH = "no_match"
+#: ``kind`` of any other disagreement between a valid spec and the filesystem (a missing tokenizer file)
+PREFLIGHT = "preflight"
+#: ``kind`` of a spec's own checks across fields (an unknown stage, two stages annotating one key)
+SPEC = "spec"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a spec cannot run: where (``loc``, relative to the spec), why (``msg``), and what kind
+    (``kind``: pydantic's error type for a schema error, else one of this module's names or the check's own)."""
+
+    loc: Loc
+    msg: str
+    kind: str = SPEC
+
+    @property
+    def field(self) -> str:
+        """``loc`` joined with dots (``stages.0.params.min_chars``); ``spec`` for the spec as a whole."""
+        return ".".join(str(p) for p in self.loc) or "spec"
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.msg}"
+
+    def under(self, *prefix: str | int) -> Problem:
+        """The same problem with ``prefix`` before its ``loc`` (a spec inside a stage, a body)."""
+        return Problem((*prefix, *self.loc), self.msg, self.kind)
+
+    def detail(self, *prefix: str | int) -> dict[str, Any]:
+        """A FastAPI 422 ``detail`` item: ``{"loc": [*prefix, *loc], "msg": ..., "type": kind}``."""
+        return {"loc": [*prefix, *self.loc], "msg": self.msg, "type": self.kind}
+
+
+class ParamError(ValueError):
+    """A stage parameter that cannot be used, raised by a ``Params`` validator or a stage's ``preflight``.
+
+    ``str()`` is ``param: message`` (what a caller printing the exception shows); :mod:`pipeline.spec` and
+    :mod:`pipeline.preflight` place it under the stage as ``stages.<i>.params.<param>``. Without a ``kind``,
+    the check that caught it names one (``value_error`` when parsing, :data:`PREFLIGHT` in preflight)."""
+
+    def __init__(self, param: str | Loc, msg: str, kind: str | None = None):
+        self.loc: Loc = (param,) if isinstance(param, str) else tuple(param)
+        self.msg = msg
+        self.kind = kind
+        super().__init__(str(Problem(self.loc, msg)))
+
+    def problem(self, prefix: Loc, kind: str) -> Problem:
+        """The problem at ``prefix`` + its parameter; ``kind`` unless it was raised with its own."""
+        return Problem((*prefix, *self.loc), self.msg, self.kind or kind)
+
+
+class SpecError(ValueError):
+    """What was given (a job spec, the service's settings) cannot be used: ``problems``, one per field;
+    ``str()`` is one ``field: message`` line each."""
+
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems: list[Problem] = list(problems)
+        super().__init__(format_problems(self.problems))
+
+    @classmethod
+    def one(cls, loc: Loc, msg: str, kind: str = SPEC) -> SpecError:
+        return cls([Problem(loc, msg, kind)])
+
+
+def format_problems(problems: Iterable[Problem]) -> str:
+    """One ``field: message`` line per problem."""
+    return "\n".join(str(p) for p in problems)
+
+
+def from_pydantic(err: Any) -> Problem:
+    """One of pydantic's errors (``ValidationError.errors()`` item) as a :class:`Problem`.
+
+    A validator's own ``ValueError`` is read from ``ctx["error"]`` (its message without pydantic's prefix); a
+    :class:`ParamError` adds its parameter to the ``loc``."""
+    loc: Loc = tuple(err.get("loc", ()))
+    kind = str(err.get("type", "value_error"))
+    raised = (err.get("ctx") or {}).get("error")
+    if kind == "value_error" and isinstance(raised, ParamError):
+        return raised.problem(loc, kind)
+    if kind == "value_error" and isinstance(raised, Exception):
+        return Problem(loc, str(raised), kind)
+    return Problem(loc, str(err.get("msg", "")), kind)
+
+
+def problems_of(exc: ValidationError) -> list[Problem]:
+    """Every error of ``exc`` as a :class:`Problem`."""
+    return [from_pydantic(err) for err in exc.errors()]
+
+
+def validation_error(title: str, problems: Sequence[Problem], value: Any = None) -> ValidationError:
+    """``problems`` as one pydantic ``ValidationError``. Raised inside a validator, pydantic merges its errors
+    into the outer model's, each at its own ``loc`` below the validated value and with its own message."""
+    return ValidationError.from_exception_data(title, [
+        InitErrorDetails(type=PydanticCustomError(p.kind, p.msg), loc=p.loc, input=value) for p in problems])
