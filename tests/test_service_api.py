@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
@@ -577,6 +578,9 @@ def test_processes_are_known_by_pid_start_time_and_run_folder(tmp_path):
     run_dir = str(tmp_path / "jobs" / "x" / "attempt-1")
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--run-dir", run_dir])
     try:
+        deadline = time.monotonic() + 20  # until the child has exec'd: before, its command line is pytest's
+        while run_dir not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
         started = process.start_time(proc.pid)
         assert process.is_alive(proc.pid, started, run_dir)
         assert not process.is_alive(proc.pid, started - 5, run_dir)  # the pid was reused by another process
