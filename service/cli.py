@@ -65,20 +65,13 @@ def _run(spec: Any, verbose: bool = False) -> int:
     """Run ``spec`` with a live progress view; SIGINT/SIGTERM cancel it (exit 130), a second SIGINT exits at once.
 
     One line per failure: ``cancelled: ...`` (130), ``error: ...`` (2 for a bad spec or input, 1 for a
-    failure of the program or the machine); on success the summary table.
+    failure of the program or the machine, ``app`` or ``infra``: a Ray that cannot start or be reached, a
+    full disk); on success the summary table.
     """
     if verbose:  # read by pipeline.job.ray_env.init_ray, here and in anything this process starts
         os.environ["TOKENMILL_VERBOSE"] = "1"
-    if spec.execution.address:  # a wrong address is a spec error (2), found before anything is started
-        from pipeline.job.ray_env import check_reachable  # lazy: imports ray (0.7 s), only to check an address
-
-        try:
-            check_reachable(spec.execution.address)
-        except ConnectionError as exc:
-            return _err(f"execution.address: cannot connect to {spec.execution.address}: {exc}")
     # lazy: the engine, the tokenizer and the live view pull tokenizers, pyarrow, pydantic and rich (0.4 s)
     from pipeline.job.engine import Job
-    from pipeline.tokenize import TokenizerError
     from service.progress import make_renderer
 
     renderer = make_renderer(verbose=verbose)
@@ -92,14 +85,12 @@ def _run(spec: Any, verbose: bool = False) -> int:
     except KeyboardInterrupt:  # the signal came after the job's own handling ended
         print("cancelled", file=sys.stderr, flush=True)
         return EXIT_CANCELLED
-    except JobError as exc:
+    except JobError as exc:  # every failure of the job (Ray that cannot start or be reached is infra: exit 1)
         if exc.category in ("validation", "input"):
             return _err(str(exc))
         ray_env = sys.modules.get("pipeline.job.ray_env")  # imported only if Ray was started
         log = ray_env.ray_log_path() if ray_env else None
         return _err(f"{exc} (Ray's log: {log})" if log else str(exc), EXIT_FAILURE)
-    except TokenizerError as exc:
-        return _err(str(exc))
     print(format_summary(result.stats, result.output_dir), flush=True)
     return 0
 

@@ -64,9 +64,21 @@ def main_serve(argv: list[str]) -> int:
     p.add_argument("--ray-address", help="run every job on this Ray cluster (default: a local Ray per job)")
     p.add_argument("--ray-jobs-url", help="submit every job to this Ray Jobs API, e.g. http://head:8265 "
                    "($TOKENMILL_RAY_JOBS_URL; the state dir must be shared with the head)")
-    p.add_argument("--job-cpus", type=int, help="CPUs of each job's local Ray (default: all)")
+    p.add_argument("--job-cpus", type=int, help="CPUs of each job's local Ray when its spec leaves "
+                   "execution.num_cpus out (default: all)")
+    p.add_argument("--max-job-cpus", type=int, help="the most CPUs a spec may ask (execution.num_cpus, "
+                   "execution.parallelism; more gets 422); default: a local Ray, this machine's CPUs or "
+                   "--job-cpus if more; a cluster, no limit ($TOKENMILL_MAX_JOB_CPUS)")
     p.add_argument("--max-body-bytes", type=int)
     p.add_argument("--public-docs", action="store_true", help="serve /docs and /openapi.json without a key")
+    p.add_argument("--head-timeout-s", type=float, help="seconds a connection has for a request's line and "
+                   "headers, else 408 and closed (default 10; $TOKENMILL_HEAD_TIMEOUT_S)")
+    p.add_argument("--body-timeout-s", type=float, help="seconds a request has for its body after the headers, "
+                   "else 408 and closed (default 10; $TOKENMILL_BODY_TIMEOUT_S)")
+    p.add_argument("--keepalive-s", type=int, help="seconds an idle connection stays open between requests "
+                   "(default 5; $TOKENMILL_KEEPALIVE_S)")
+    p.add_argument("--max-connections", type=int, help="connections and requests in flight per process; more get "
+                   "503 (default 1000; $TOKENMILL_MAX_CONNECTIONS)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--workers", type=int, default=1, help="API processes on the port (default 1); one of them "
                    "runs the jobs and the schedules (a lock in the state folder decides which)")
@@ -76,13 +88,17 @@ def main_serve(argv: list[str]) -> int:
 
     # lazy: fastapi, sqlalchemy and the routers (1 s), only to serve
     from service.api.app import SETTINGS_ENV, create_app
+    from service.api.server import uvicorn_options
 
     try:
         settings = _settings(args, input_roots=tuple(args.root + args.input_root) or None,
                              output_roots=tuple(args.root + args.output_root) or None,
                              max_running=args.max_running, ray_address=args.ray_address,
                              ray_jobs_url=args.ray_jobs_url, job_cpus=args.job_cpus,
+                             max_job_cpus=args.max_job_cpus,
                              max_body_bytes=args.max_body_bytes, public_docs=args.public_docs or None,
+                             head_timeout_s=args.head_timeout_s, body_timeout_s=args.body_timeout_s,
+                             keepalive_s=args.keepalive_s, max_connections=args.max_connections,
                              freeze_gc=True)
     except ValueError as exc:
         return _err(str(exc))
@@ -92,7 +108,7 @@ def main_serve(argv: list[str]) -> int:
           f"read roots {', '.join(map(str, roots.read))}  write roots {', '.join(map(str, roots.write))}",
           file=sys.stderr, flush=True)
     common: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
-                              "timeout_graceful_shutdown": 5}
+                              "timeout_graceful_shutdown": 5, **uvicorn_options(settings)}
     if args.workers == 1:
         uvicorn.run(create_app(settings), **common)
     else:  # worker processes import the app: they get the settings through the environment

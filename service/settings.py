@@ -13,8 +13,13 @@ max_running               TOKENMILL_MAX_RUNNING          1 (see ``service.runner
 ray_address               TOKENMILL_RAY_ADDRESS          none: each job starts a local Ray
 ray_jobs_url              TOKENMILL_RAY_JOBS_URL         none: jobs run here (``http://head:8265``: Ray Jobs API)
 job_cpus                  TOKENMILL_JOB_CPUS             none: a local Ray takes every CPU
+max_job_cpus              TOKENMILL_MAX_JOB_CPUS         local Ray: the CPUs here, or job_cpus if more; cluster: none
 max_body_bytes            TOKENMILL_MAX_BODY_BYTES       1 MiB
 auth_cache_s              TOKENMILL_AUTH_CACHE_S         10 (seconds a revoked key may still work; 0: no cache)
+head_timeout_s            TOKENMILL_HEAD_TIMEOUT_S       10 (seconds for a request's line and headers)
+body_timeout_s            TOKENMILL_BODY_TIMEOUT_S       10 (seconds for its body, after the headers)
+keepalive_s               TOKENMILL_KEEPALIVE_S          5 (seconds an idle connection stays open)
+max_connections           TOKENMILL_MAX_CONNECTIONS      1000 per process (beyond: 503)
 ========================  =============================  ====================================================
 """
 
@@ -26,8 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipeline.problems import Problem, validation_error
 from service.confine import Roots
 
 #: a request body larger than this gets 413. A job spec is a few kilobytes (the largest in tests/ is under
@@ -36,6 +42,25 @@ MAX_BODY_BYTES = 1 << 20
 #: seconds an API key read from the database is trusted by service.api.keycache (the revocation delay across
 #: processes): short next to how long it takes to notice a leaked key, long next to a poller's interval
 AUTH_CACHE_S = 10.0
+#: seconds for a request's head, then for its body: a client on a slow link sends a spec's few kilobytes in well
+#: under a second, and a stranger who stalls holds a connection (and the memory of what it sent) this long at most
+HEAD_TIMEOUT_S = BODY_TIMEOUT_S = 10.0
+
+
+def machine_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """CPUs this process may use: its affinity mask, or its cgroup v2 quota if fewer (a container's
+    ``--cpus``, a pod's CPU limit; rounded up), so a default cap in a container is the container's size."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = Path(cpu_max).read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):  # no cgroup v2 file (not Linux, cgroup v1): the mask alone
+        pass
+    return cpus
 
 
 class Settings(BaseModel):
@@ -52,7 +77,11 @@ class Settings(BaseModel):
     #: submit each job to this Ray Jobs API (the head's dashboard, ``http://head:8265``) instead of running it
     #: here: see service.runner.ray_jobs (the state folder must be shared with the head)
     ray_jobs_url: str | None = None
+    #: CPUs of each job's local Ray when its spec leaves ``execution.num_cpus`` out: a default, not a limit
     job_cpus: int | None = Field(None, ge=1)
+    #: the most CPUs a spec may ask (``execution.num_cpus``, ``execution.parallelism``; more gets 422, see
+    #: service.admission); None: :attr:`job_cpu_cap`'s default
+    max_job_cpus: int | None = Field(None, ge=1)
     max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024)
     #: run the supervisor in this process (off: an API-only process, as in tests of the API alone)
     run_supervisor: bool = True
@@ -65,6 +94,13 @@ class Settings(BaseModel):
     #: seconds an API key read from the database is trusted (service.api.keycache): a key revoked by another
     #: process stops working here within this long; 0 reads the key on every request
     auth_cache_s: float = Field(AUTH_CACHE_S, ge=0)
+    #: the HTTP edge (service.api.edge, service.api.server): seconds a connection has to send a request's line and
+    #: headers (from its opening, or from its next byte after a response), then its body; an idle connection's
+    #: seconds between requests; connections (and requests in flight) one process takes before answering 503
+    head_timeout_s: float = Field(HEAD_TIMEOUT_S, gt=0)
+    body_timeout_s: float = Field(BODY_TIMEOUT_S, gt=0)
+    keepalive_s: int = Field(5, ge=1)
+    max_connections: int = Field(1000, ge=1)
     #: seconds between two database reads of a server-sent event stream that has nothing new
     events_poll_s: float = Field(0.5, gt=0)
     #: once started, keep the objects alive then out of the garbage collector's full collections (see
@@ -86,6 +122,25 @@ class Settings(BaseModel):
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite:///{self.state_dir / 'tokenmill.db'}"
+
+    @property
+    def job_cpu_cap(self) -> int | None:
+        """The most CPUs one job's spec may ask: ``max_job_cpus``; unset, with jobs on a local Ray, the CPUs
+        this process may use (or ``job_cpus`` if more: the admin's own default is always allowed); unset, on
+        a cluster (``ray_address``, ``ray_jobs_url``), none: the cluster's size and autoscaler bound a job."""
+        if self.max_job_cpus is not None:
+            return self.max_job_cpus
+        if self.ray_address or self.ray_jobs_url:
+            return None
+        return max(machine_cpus(), self.job_cpus or 0)
+
+    @model_validator(mode="after")
+    def _default_within_cap(self) -> Settings:
+        if self.job_cpus and self.max_job_cpus and self.job_cpus > self.max_job_cpus:
+            raise validation_error("Settings", [Problem(("job_cpus",), (
+                f"{self.job_cpus} is what a job gets by default: it may not exceed max_job_cpus "
+                f"({self.max_job_cpus})"), "above_cap")])
+        return self
 
     def roots(self) -> Roots:
         default = (self.state_dir / "data",)
@@ -111,8 +166,13 @@ class Settings(BaseModel):
             "ray_address": env.get("TOKENMILL_RAY_ADDRESS"),
             "ray_jobs_url": env.get("TOKENMILL_RAY_JOBS_URL"),
             "job_cpus": env.get("TOKENMILL_JOB_CPUS"),
+            "max_job_cpus": env.get("TOKENMILL_MAX_JOB_CPUS"),
             "max_body_bytes": env.get("TOKENMILL_MAX_BODY_BYTES"),
             "auth_cache_s": env.get("TOKENMILL_AUTH_CACHE_S"),
+            "head_timeout_s": env.get("TOKENMILL_HEAD_TIMEOUT_S"),
+            "body_timeout_s": env.get("TOKENMILL_BODY_TIMEOUT_S"),
+            "keepalive_s": env.get("TOKENMILL_KEEPALIVE_S"),
+            "max_connections": env.get("TOKENMILL_MAX_CONNECTIONS"),
         }
         values.update(overrides)
         return cls(**{k: v for k, v in values.items() if v not in (None, "")})

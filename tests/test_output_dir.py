@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from pipeline.job.output_dir import (
     check_not_overlapping,
     describe_os_error,
 )
+from tests.processes import kill_all, processes_naming
 
 REPO = Path(__file__).resolve().parents[1]
 SET_A = {"manifest.json": b'{"set": "A"}', "stats.json": b"A stats", "tokenizer.json": b"A tok",
@@ -465,3 +467,91 @@ def test_case13_really_full_disk_gives_one_line_and_no_partial_file(tmp_path):
     assert result["message"] == f"cannot write {result['target']}: No space left on device"
     assert result["written"] and result["left"] == result["written"]  # whole files only, no temp left
     assert set(result["written"].values()) == {300_000}
+
+
+FULL_JOB = """
+import json, os, subprocess, sys
+from pathlib import Path
+from pipeline.job.leftovers import temp_files
+from pipeline.job.state import read_jsonl
+from pipeline.shard_format import sha256_file
+results = {}
+for spec in sys.argv[1:]:
+    spec = Path(spec)
+    out, size = spec.parent / spec.stem, spec.stem.split("-")[1]
+    out.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(out)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        print(json.dumps({"skip": "mount -t tmpfs failed: " + mounted.stderr.strip()}))
+        sys.exit(0)
+    run = subprocess.run([sys.executable, "-m", "service.cli", "run", str(spec)], capture_output=True, text=True,
+                         timeout=300)
+    work = out / ".tokenmill" / "work"
+    shards = read_jsonl(str(work / "shards.jsonl"))
+    results[spec.stem] = {
+        "rc": run.returncode, "stderr": run.stderr,
+        "last": json.loads((out / ".tokenmill" / "events.jsonl").read_text().splitlines()[-1]),
+        "temp": temp_files(str(out)),
+        "work": sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()),
+        "kept_ok": all(sha256_file(work / "stage" / s["name"]) == s["sha256"] for s in shards),
+        "shards": len(shards),
+    }
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_case13_a_job_on_a_full_disk_fails_infra_and_keeps_only_what_a_rerun_reuses(tmp_path):
+    """Case 13 end to end: ``tokenmill run`` into a small tmpfs, full during curation (128 KiB) and during the
+    write phase (3 MiB). Each: one line, exit 1, ``job_failed`` with category ``infra``; no temporary file left
+    anywhere under the output; a failed curation leaves none of its work (a rerun starts it over), a failed
+    write keeps the curated parts and every recorded shard, intact (what a rerun reuses)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs (unshare --mount)")
+    if not (shutil.which("unshare") and shutil.which("mount")):
+        pytest.skip("unshare or mount is not installed")
+    import random
+
+    import yaml
+
+    from tests.corpus_fixtures import make_text, write_jsonl
+
+    rng = random.Random(7)
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"id": f"d{i}", "text": make_text(rng, rng.choice([8, 30, 90, 200]))}
+                                              for i in range(1000)])
+    specs = []
+    for size in ("128k", "3m"):
+        spec = {"name": "full", "inputs": [{"path": "in/*.jsonl"}],
+                "stages": [{"type": "normalize"}, {"type": "exact_dedup"}],
+                "tokenizer": {"train": {"vocab_size": 400, "sample_docs": 500}},
+                "packing": {"seq_len": 128, "range_docs": 100},
+                "output": {"path": f"out-{size}", "samples_per_shard": 8},
+                "execution": {"parallelism": 1, "batch_size": 64}}
+        specs.append(tmp_path / f"out-{size}.yaml")
+        specs[-1].write_text(yaml.safe_dump(spec))
+    ray_tmp = tempfile.mkdtemp(prefix="tmd", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_TMPDIR": ray_tmp}
+    try:
+        run = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", FULL_JOB,
+                              *map(str, specs)], cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        kill_all(processes_naming(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    if run.returncode and "unshare" in run.stderr:
+        pytest.skip(f"no private mount namespace here: {run.stderr.strip()}")
+    assert run.returncode == 0, run.stderr
+    results = json.loads(run.stdout.splitlines()[-1])
+    if "skip" in results:
+        pytest.skip(results["skip"])
+    for name, phase in (("out-128k", "curate"), ("out-3m", "write")):
+        r = results[name]
+        assert r["rc"] == 1 and len(r["stderr"].splitlines()) == 1, r["stderr"]
+        assert r["stderr"].startswith("error: ") and "No space left on device" in r["stderr"], r["stderr"]
+        assert (r["last"]["type"], r["last"]["category"], r["last"]["phase"]) == ("job_failed", "infra", phase)
+        assert r["temp"] == [], r["temp"]
+    assert results["out-128k"]["work"] == ["state.json"]  # curation starts over: none of its work is kept
+    written = results["out-3m"]
+    assert written["shards"] >= 2 and written["kept_ok"]
+    assert any(p.startswith("curated/part-") for p in written["work"])

@@ -27,7 +27,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
+from pipeline.spec import JobSpec
 from service import auth
+from service.admission import cpu_problems
 from service.api.app import SETTINGS_ENV, app_from_env, create_app
 from service.api.keycache import KeyCache, _Entry
 from service.client import main_serve
@@ -35,7 +37,7 @@ from service.confine import Roots
 from service.runner import process
 from service.runner.summary import fold, with_stats
 from service.runner.supervisor import RunnerConfig, Supervisor
-from service.settings import Settings
+from service.settings import Settings, machine_cpus
 from service.store import repo
 from service.store.db import Database
 from service.store.models import ApiKey, JobState, utcnow
@@ -120,6 +122,38 @@ def test_invalid_specs_get_422_naming_each_field(api):
         r = client.post("/v1/jobs", content=body, headers={**headers, "Content-Type": "application/json"})
         assert r.status_code == code, body
     assert client.get("/v1/jobs", headers=headers).json()["items"] == []
+
+
+def test_a_spec_may_ask_at_most_max_job_cpus_and_job_cpus_is_only_the_default(api, tmp_path):
+    client, headers, root = api
+    cap = client.app.state.settings.job_cpu_cap
+    assert cap == machine_cpus()  # no --max-job-cpus, a local Ray: this machine's CPUs
+    for field in ("num_cpus", "parallelism"):
+        r = _submit(client, headers, _spec(root, out=f"o-{field}") | {"execution": {field: cap + 1}})
+        assert r.status_code == 422 and [p["loc"] for p in r.json()["detail"]] == [["body", "execution", field]]
+        assert f"the {cap} CPUs" in r.json()["detail"][0]["msg"]
+    r = _submit(client, headers, _spec(root) | {"execution": {"num_cpus": cap + 1, "parallelism": 10 * cap}})
+    assert {tuple(p["loc"]) for p in r.json()["detail"]} == {("body", "execution", "num_cpus"),
+                                                             ("body", "execution", "parallelism")}
+    assert client.get("/v1/jobs", headers=headers).json()["items"] == []
+    r = _submit(client, headers, _spec(root) | {"execution": {"num_cpus": cap, "parallelism": cap}})
+    assert r.status_code == 201, r.text  # at the cap
+
+    assert Settings(max_job_cpus=3).job_cpu_cap == 3 and Settings(max_job_cpus=64, job_cpus=2).job_cpu_cap == 64
+    assert Settings(job_cpus=machine_cpus() + 4).job_cpu_cap == machine_cpus() + 4  # the admin's default fits
+    assert Settings(ray_address="head:6379").job_cpu_cap is None  # a cluster: its size bounds a job
+    assert Settings(ray_jobs_url="http://head:8265", max_job_cpus=8).job_cpu_cap == 8
+    assert Settings.from_env({"TOKENMILL_MAX_JOB_CPUS": "5"}).job_cpu_cap == 5
+    spec = JobSpec.model_validate(_spec(root) | {"execution": {"num_cpus": 4, "parallelism": 5}})
+    assert [p.loc for p in cpu_problems(spec, 4)] == [("execution", "parallelism")] and cpu_problems(spec, 5) == []
+    with pytest.raises(ValueError, match="job_cpus"):
+        Settings(job_cpus=8, max_job_cpus=4)
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # a container's --cpus 1.5
+    assert machine_cpus(str(tmp_path / "cpu.max")) == min(2, machine_cpus())
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert machine_cpus(str(tmp_path / "cpu.max")) == machine_cpus(str(tmp_path / "none"))
+    # the flag reaches the settings: a default above the cap is refused before anything starts
+    assert main_serve(["--state-dir", str(tmp_path / "s"), "--job-cpus", "3", "--max-job-cpus", "2"]) == 2
 
 
 def test_each_problem_is_a_422_item_at_its_field(api):
@@ -267,7 +301,8 @@ def test_events_stream_ends_at_a_terminal_state_and_resumes_after_last_event_id(
         assert [e["id"] for e in _sse(r.read().decode())] == [3, 4]
     with client.stream("GET", f"/v1/jobs/{job_id}/events", params={"after": 3}, headers=headers) as r:
         assert [e["id"] for e in _sse(r.read().decode())] == [4]
-    assert client.get(f"/v1/jobs/{job_id}/events", headers={**headers, "Last-Event-ID": "x"}).status_code == 400
+    r = client.get(f"/v1/jobs/{job_id}/events", headers={**headers, "Last-Event-ID": "x"})  # an event id is a number
+    assert (r.status_code, r.json()["detail"][0]["loc"]) == (422, ["header", "last-event-id"])
     detail = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
     assert detail["error"] == {"category": "input", "message": "no document survived"}
     assert detail["attempts"][0]["number"] == 1
@@ -413,6 +448,14 @@ print("fake job", behaviour, "attempt", attempt, flush=True)
 if behaviour in ("slow", "stubborn"):
     open(os.path.join(run_dir, "ready"), "w").close()
     time.sleep(60)
+if behaviour == "crash" and attempt == 1:
+    # stand-ins for a local Ray node, which outlives its driver: one in the job's group, one in a group of its
+    # own (as Ray's workers are), and one that left the session (a cluster the job joined: not the job's to kill)
+    import subprocess
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    kids = [subprocess.Popen(sleep), subprocess.Popen(sleep, process_group=0),
+            subprocess.Popen(sleep, start_new_session=True)]
+    open(os.path.join(run_dir, "children"), "w").write(" ".join(str(k.pid) for k in kids))
 if behaviour == "crash" and attempt == 1 or behaviour == "always_crash":
     os.kill(os.getpid(), signal.SIGKILL)
 if behaviour == "bad_input":
@@ -513,13 +556,24 @@ def test_a_job_waits_while_another_holds_its_output(supervised, tmp_path):
     assert _state(db, holder) == "CANCELLED"
 
 
-def test_a_job_whose_process_dies_resumes_as_a_new_attempt_then_fails_after_max_lost(supervised):
+def test_a_job_whose_process_dies_resumes_as_a_new_attempt_then_fails_after_max_lost(supervised, tmp_path):
     db, make, submit = supervised
     crash, doomed, bad = submit("crash"), submit("always_crash"), submit("bad_input")
     make(max_running=2, max_lost=2).start()
     _wait(lambda: all(_state(db, j) in ("SUCCEEDED", "FAILED") for j in (crash, doomed, bad)), what="outcomes")
     assert _state(db, crash) == "SUCCEEDED"
     assert _attempts(db, crash) == [(1, "lost", -signal.SIGKILL), (2, "succeeded", 0)]
+    # what the lost job process started in its session was killed when the supervisor noticed; not the one outside
+    with db.session() as s:
+        lost_pid = repo.attempts_of(s, crash)[0].pid
+    same_group, own_group, outside = map(int, (tmp_path / "state" / "jobs" / crash / "attempt-1" / "children")
+                                         .read_text().split())
+    try:
+        _wait(lambda: not process.session_members(lost_pid), timeout=10, what="the lost attempt's session to end")
+        assert process.session_of(same_group) is None and process.session_of(own_group) is None  # gone or zombies
+        assert process.session_of(outside) == outside
+    finally:
+        os.kill(outside, signal.SIGKILL)
     with db.session() as s:
         job = repo.get_job(s, crash)
         assert job.summary["shards"]["reused"] == 1  # the second attempt kept the first one's shard

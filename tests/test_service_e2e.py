@@ -4,16 +4,18 @@ processes with a local Ray each, driven over HTTP.
 - Submit a small job, follow its server-sent events to SUCCEEDED, check ``GET /v1/jobs/{id}``'s figures
   against the published manifest and stats; ``tokenmill follow`` and ``status`` agree. This run is the
   reference (uninterrupted) shard set.
-- One job interrupted both ways, in order (each job process starts a Ray node, the costly part, so one
-  job takes both):
+- One job interrupted every way, in order (each job process starts a Ray node, the costly part, so one
+  job takes them all):
+  0. its job process SIGKILLed mid-curation: the job resumes as a new attempt, and no process of the lost
+     one's session (its local Ray node, whose agents outlive their driver by minutes) survives the loss;
   1. cancelled mid-write: CANCELLED, nothing published;
   2. retried: the new attempt skips the finished phases and keeps the shards already written (same
      files: inode and mtime), reported ``reused`` by the engine;
   3. the service SIGKILLed mid-job (the job process frozen with SIGSTOP meanwhile, so it cannot finish
      before the service is back) and started again: it re-attaches to that process, which is not
      started twice, and the job ends SUCCEEDED, byte-identical to the reference.
-  A job process that dies too (resumed as a new attempt) is tested with a stand-in process in
-  tests/test_service_api.py; the engine's resume after a SIGKILL in tests/test_job_engine.py.
+  Deaths in a row up to ``max_lost`` are tested with a stand-in process in tests/test_service_api.py; the
+  engine's resume after a SIGKILL in tests/test_job_engine.py.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import httpx
 import pytest
 
 from pipeline.shard_format import sha256_file
+from service.runner import process
 from service.store import repo
 from service.store.db import Database
 from tests.corpus_fixtures import make_text, write_jsonl
@@ -225,21 +228,33 @@ def test_cancel_retry_and_a_service_sigkill_end_byte_identical(service, referenc
     job_id = client.post("/v1/jobs", json=_spec(svc.root, "interrupted")).json()["id"]
     work = out / ".tokenmill" / "work"
 
+    # 0. the job process SIGKILLed mid-curation: resumed as attempt 2, and what it left of its local Ray (its
+    #    session: GCS, raylet, workers, the agents that would outlive it by minutes) killed once the loss is noticed
+    job = _wait_job(client, job_id, lambda j: j["phase"] == "curate" and j["attempts"][-1]["pid"], "curation")
+    lost = job["attempts"][-1]["pid"]
+    assert len(process.session_members(lost)) >= 4  # the job process and its Ray node
+    os.kill(lost, signal.SIGKILL)
+    _wait_job(client, job_id, lambda j: j["attempts"][0]["outcome"] == "lost", "the loss noticed", timeout=60)
+    end = time.monotonic() + 10
+    while process.session_members(lost) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert process.session_members(lost) == []
+
     # 1. cancel mid-write
-    _wait_job(client, job_id, lambda j: j["shards"]["written"] >= 2, "two shards")
+    _wait_job(client, job_id, lambda j: j["attempt"] == 2 and j["shards"]["written"] >= 2, "two shards")
     assert client.post(f"/v1/jobs/{job_id}/cancel").json()["state"] == "CANCELLING"
     job = _wait_job(client, job_id, lambda j: j["state"] == "CANCELLED", "state CANCELLED", timeout=120)
     assert job["error"]["category"] == "cancelled" and not (out / "manifest.json").exists()
     # "lost": Ray's core worker sometimes aborts while the engine force-cancels its tasks (a failed check in
     # task_manager.cc, exit 1) before the engine reports; the job is CANCELLED all the same
-    assert [(a["outcome"], a["exit_code"]) for a in job["attempts"]] in ([("cancelled", 130)], [("lost", 1)])
+    assert [(a["outcome"], a["exit_code"]) for a in job["attempts"][1:]] in ([("cancelled", 130)], [("lost", 1)])
     kept = [json.loads(line)["name"] for line in (work / "shards.jsonl").read_text().splitlines()]
     assert len(kept) >= 2
     before = {name: (work / "stage" / name).stat() for name in kept}
 
-    # 2. retry: attempt 2 resumes; wait for a shard it writes itself
+    # 2. retry: attempt 3 resumes; wait for a shard it writes itself
     assert client.post(f"/v1/jobs/{job_id}/retry").json()["state"] == "QUEUED"
-    job = _wait_job(client, job_id, lambda j: j["attempt"] == 2 and j["shards"]["written"] >= 1, "a new shard")
+    job = _wait_job(client, job_id, lambda j: j["attempt"] == 3 and j["shards"]["written"] >= 1, "a new shard")
     assert job["resumed_phases"] == ["curate", "tokenizer"] and job["shards"]["reused"] >= len(kept)
 
     # 3. the service dies; its job process lives on (frozen, so it cannot finish meanwhile) and is re-attached
@@ -256,12 +271,12 @@ def test_cancel_retry_and_a_service_sigkill_end_byte_identical(service, referenc
     job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["state"] == "SUCCEEDED", job
     assert job["shards"]["written"] > written  # it went on after the re-attach
-    assert [(a["number"], a["pid"], a["outcome"]) for a in job["attempts"][1:]] == [(2, pid, "succeeded")]
+    assert [(a["number"], a["pid"], a["outcome"]) for a in job["attempts"][2:]] == [(3, pid, "succeeded")]
     assert _tree(out) == ref_tree  # manifest, tokenizer and every shard: byte-identical
 
     notes = [e["message"] for e in events if e["event"] == "log" and e.get("source") == "service"]
-    assert notes == [f"re-attached to the job process (pid {pid}) of attempt 2"]
-    second = [e for e in events if e["attempt"] == 2]
+    assert notes == [f"re-attached to the job process (pid {pid}) of attempt 3"]
+    second = [e for e in events if e["attempt"] == 3]
     reused = {e["name"] for e in second if e["event"] == "shard_written" and e["reused"]}
     rewritten = {e["name"] for e in second if e["event"] == "shard_written" and not e["reused"]}
     assert set(kept) <= reused and not set(kept) & rewritten  # the retry skipped the shards already written
@@ -270,4 +285,5 @@ def test_cancel_retry_and_a_service_sigkill_end_byte_identical(service, referenc
         assert (now.st_ino, now.st_mtime_ns) == (st.st_ino, st.st_mtime_ns), name
     assert next(e for e in second if e["event"] == "job_started")["resumed_phases"] == ["curate", "tokenizer"]
     states = [e["state"] for e in events if e["event"] == "state"]
-    assert states == ["QUEUED", "RUNNING", "CANCELLING", "CANCELLED", "QUEUED", "RUNNING", "SUCCEEDED"], states
+    assert states == ["QUEUED", "RUNNING", "QUEUED", "RUNNING", "CANCELLING", "CANCELLED", "QUEUED", "RUNNING",
+                      "SUCCEEDED"], states

@@ -9,11 +9,14 @@ the supervisor would record it; on SQLite and PostgreSQL):
 - a run reads only the new or changed input files (fingerprints: size, mtime, sha256; a touched file with the
   same bytes is not read again), dedups against every published version, loads the first version's
   tokenizer, publishes ``v00000N`` and ``latest``; a failed run leaves its files to the next one; overlap
-  ``skip`` and ``buffer_one``; missed slots coalesce.
+  ``skip`` and ``buffer_one``; missed slots coalesce;
+- a schedule created again on a deleted one's folder adopts the versions its jobs published (409 for a version
+  no job wrote, or a job still writing there); a CPU ask above the service's cap is a 422.
 
 With Ray, one test: a schedule fires twice through the real supervisor and job processes; the second run
 reads only the new file, drops the documents version 1 already published, and publishes version 2 while a
-trainer's loader pinned to version 1 still reads version 1 over HTTP.
+trainer's loader pinned to version 1 still reads version 1 over HTTP. Then it is deleted and created again:
+the third run reads every file and publishes only the new documents, with the first version's tokenizer.
 """
 
 from __future__ import annotations
@@ -166,8 +169,12 @@ def test_create_validates_the_schedule_and_its_folders(api, tmp_path):
     inside["output"]["path"] = str(root / "in" / "versions")
     r = post(spec=inside)
     assert r.status_code == 422 and locs(r) == {("body", "spec", "output", "path")}
+    cap = client.app.state.settings.job_cpu_cap
+    r = post(spec=_spec(root, execution={"num_cpus": cap + 1}))
+    assert r.status_code == 422 and locs(r) == {("body", "spec", "execution", "num_cpus")}
 
-    r = post(timezone=PARIS)  # no input file yet: fine, each run checks what it reads
+    at_cap = _spec(root, execution={"num_cpus": cap, "parallelism": cap})
+    r = post(timezone=PARIS, spec=at_cap)  # no input file yet: fine, each run checks what it reads
     assert r.status_code == 201, r.text
     body = r.json()
     assert r.headers["location"] == f"/v1/schedules/{body['id']}" and body["name"] == "nightly"
@@ -428,6 +435,63 @@ def test_buffer_one_runs_the_waiting_slot_when_the_run_ends_and_missed_slots_coa
     assert _at(client.get(f"/v1/schedules/{sid}", headers=headers).json()["next_fire_at"]) > clock.now
 
 
+def test_a_schedule_created_again_on_its_folder_adopts_the_versions_its_jobs_published(api):
+    client, headers, root, app = api
+    write_jsonl(root / "in" / "a.jsonl", _docs("a", 5, 0))
+
+    def create() -> httpx.Response:
+        return client.post("/v1/schedules", json={"cron": "0 3 * * *", "spec": _spec(root)}, headers=headers)
+
+    def fire(body: dict) -> dict:
+        scheduler = Scheduler(app.state.db, app.state.settings, clock=Clock(_at(body["next_fire_at"])))
+        scheduler.tick()
+        return _runs(client, headers, body["id"])[0]
+
+    def delete(sid: str) -> None:
+        with app.state.db.session() as s:  # a run the history says ended while its job goes on
+            for run in repo.running_runs(s):
+                run.state = "failed"
+        assert client.delete(f"/v1/schedules/{sid}", headers=headers).status_code == 204
+
+    first = create().json()
+    out = Path(first["output_path"])
+    run1 = fire(first)
+    _end_job(app, run1["job_id"], JobState.SUCCEEDED, publish=out / "v000001")
+    Scheduler(app.state.db, app.state.settings).settle()
+    write_jsonl(root / "in" / "b.jsonl", _docs("b", 5, 1))
+    run2 = fire(client.get(f"/v1/schedules/{first['id']}", headers=headers).json())
+    assert run2["version"] == 2 and run2["inputs"]["new"] == [str(root / "in" / "b.jsonl")]
+    delete(first["id"])
+    r = create()  # v000002's job is still queued: no one would publish it
+    assert r.status_code == 409 and "v000002 (job " in r.json()["detail"]
+    assert "still being written" in r.json()["detail"]
+    _end_job(app, run2["job_id"], JobState.FAILED, category="infra", message="lost")
+    (out / "v000002").mkdir()  # the failed run's folder, as its job leaves it
+
+    again = create()
+    assert again.status_code == 201, again.text
+    body = again.json()
+    assert body["id"] != first["id"] and body["latest_version"] == 1
+    listed = client.get(f"/v1/schedules/{body['id']}/versions", headers=headers).json()
+    assert [(v["number"], v["job_id"], v["run"], v["samples"]) for v in listed["items"]] == [
+        (1, run1["job_id"], 0, 40)] and listed["latest"] == 1
+    write_jsonl(root / "in" / "c.jsonl", _docs("c", 5, 2))
+    run = fire(body)
+    # no fingerprints survived the delete: every file is read, and dedup against v000001 drops what it published
+    assert run["version"] == 3 and run["inputs"]["new"] == [str(root / "in" / n) for n in ("a.jsonl", "b.jsonl",
+                                                                                            "c.jsonl")]
+    spec = client.get(f"/v1/jobs/{run['job_id']}", headers=headers).json()["spec"]
+    assert spec["stages"][0]["params"]["dedup_against"] == [str(out / "v000001")]
+    assert spec["tokenizer"]["path"] == str(out / "v000001" / "tokenizer.json")
+
+    copied = _spec(root)  # control: the same version copied elsewhere was written by no job of this service
+    copied["output"]["path"] = str(root / "out" / "copied")
+    shutil.copytree(out / "v000001", root / "out" / "copied" / "v000001")
+    r = client.post("/v1/schedules", json={"cron": "0 3 * * *", "spec": copied}, headers=headers)
+    assert r.status_code == 409 and "v000001: no job of this service wrote them" in r.json()["detail"]
+    assert [s["id"] for s in client.get("/v1/schedules", headers=headers).json()["items"]] == [body["id"]]
+
+
 # ---- end to end, with Ray ---------------------------------------------------------------------------------
 
 
@@ -506,6 +570,30 @@ def test_a_schedule_fires_twice_and_version_1_stays_readable_while_version_2_pub
             clock.now = slots[2]
             scheduler.tick()
             assert client.get(f"/v1/schedules/{sid}/runs").json()["items"][0]["state"] == "unchanged"
+
+            # deleted by mistake, created again on its folder: it adopts v1 and v2, and run 3 reads every file
+            # (the fingerprints went with the history) but publishes only the new documents, with v1's tokenizer
+            assert client.delete(f"/v1/schedules/{sid}").status_code == 204
+            body = client.post("/v1/schedules", json={"cron": "0 * * * *", "spec": spec}).json()
+            sid = body["id"]
+            assert body["latest_version"] == 2
+            seen = [{"id": f"again{i}", "text": d["text"]} for i, d in enumerate(_docs("b", 120, 1)[:10])]
+            write_jsonl(root / "in" / "d.jsonl", _docs("d", 30, 3) + seen)
+            clock.now = slots[3]
+            run3 = settle()
+            assert run3["state"] == "succeeded" and run3["version"] == 3
+            assert run3["inputs"]["new"] == [str(root / "in" / f"{n}.jsonl") for n in "abcd"]
+            job3 = client.get(f"/v1/jobs/{run3['job_id']}").json()
+            stages = {st["stage"].split("-", 1)[-1]: st for st in job3["stages"]}
+            assert stages["exact_dedup"]["docs_in"] == 360
+            assert stages["exact_dedup"]["dropped"] == {"exact_duplicate_of_published": 330}
+            assert job3["documents"] == 30
+            assert [v["number"] for v in client.get(f"/v1/schedules/{sid}/versions").json()["items"]] == [1, 2, 3]
+            assert Manifest.load(out / "v000003").tokenizer_hash == pinned.manifest.tokenizer_hash
+            assert (out / "latest").read_text() == "v000003\n"
+            adopted = ShardLoader(f"{url}/v1/schedules/{sid}/versions/1/artifacts", 4, num_workers=0,
+                                  bearer_token=token, shuffle=False)
+            assert [b["keys"] for b in adopted.epoch_batches()] == before + rest  # v1, served again
             client.close()
             supervisor.stop()
     finally:

@@ -4,6 +4,10 @@ PostgreSQL is reached through its Unix socket (``TOKENMILL_TEST_PG_URL``, defaul
 user root, then postgres, database ``test``); each test gets a schema of its own, dropped afterwards, so
 parallel sessions never meet. Without a server the PostgreSQL cases skip, saying why; with ``CI=true``
 they fail instead.
+
+On PostgreSQL the live API also passes every schemathesis check (tests/live_api.py; the SQLite run is in
+tests/test_api_fuzz.py, which also checks bounds and U+0000 on both stores): where the stores differ (text
+without U+0000, 4-byte integers, how a refused value is reported) the answers must not.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.exc import DataError
 
 from service.store import repo
 from service.store.db import Database, ReadOnlyError
 from service.store.models import ApiKey, JobState, utcnow
+from tests.live_api import live_api, run_schemathesis
 
 PG_URLS = [os.environ["TOKENMILL_TEST_PG_URL"]] if os.environ.get("TOKENMILL_TEST_PG_URL") else [
     "postgresql+psycopg://root@/test?host=/var/run/postgresql",
@@ -314,3 +320,41 @@ def test_postgres_pings_a_pooled_connection_only_after_it_idled(postgres_url, mo
         assert pid() not in (first, second)
     finally:
         db.dispose()
+
+
+def test_postgres_refusals_are_named_for_what_they_are(postgres_url):
+    """The last line behind the API's bounds and U+0000 checks: a number past a column is not called a NUL, and
+    a NUL (in text, or in JSONB) is."""
+    db = Database(postgres_url, schema=f"tm_test_{secrets.token_hex(6)}")
+    db.migrate()
+    kinds = []
+    try:
+        for query in (lambda s: repo.events_after(s, "0" * 16, 2**40), lambda s: repo.list_jobs(s, before_seq=2**64),
+                      lambda s: repo.get_job(s, "a\x00b"),
+                      lambda s: repo.create_job(s, {"a": "\x00"}, name="n", spec_hash="h", output_path="/o")):
+            with pytest.raises(DataError) as caught, db.session() as s:
+                query(s)
+            kinds.append(repo.unstorable(caught.value)[1])
+    finally:
+        db.drop_schema()
+        db.dispose()
+    assert kinds == ["number_out_of_range", "number_out_of_range", "nul_character", "nul_character"]
+
+
+#: examples per operation of the PostgreSQL run: fewer than SQLite's (tests/test_api_fuzz.py), the coverage
+#: phase (every boundary value, U+0000 and huge integers included) being the same
+PG_LIVE_EXAMPLES = 5
+
+
+@pytest.mark.slow
+def test_every_schemathesis_check_passes_against_a_live_server_on_postgres(postgres_url, tmp_path):
+    schema = f"tm_test_{secrets.token_hex(6)}"
+    try:
+        with live_api(tmp_path, postgres_url, schema) as live:
+            proc, seen = run_schemathesis(live, tmp_path, max_examples=PG_LIVE_EXAMPLES)
+    finally:
+        Database(postgres_url, schema=schema).drop_schema()
+    assert proc.returncode == 0, proc.stdout[-12000:] + proc.stderr[-3000:]
+    for reached in ("POST /v1/jobs 201", "POST /v1/schedules 201", "GET /v1/jobs/{job_id}/events 200",
+                    "GET /v1/jobs/{job_id}/events 422", "GET /v1/jobs/{job_id} 401"):
+        assert seen[reached] > 0, (reached, sorted(seen.items()))

@@ -152,18 +152,19 @@ def test_wrong_relative_dedup_against_is_refused_naming_field_and_resolved_path(
     assert len(str(err.value).splitlines()) == 1
 
 
-def test_cli_unwritable_output_and_unreachable_cluster_exit_2(tmp_path):
+def test_cli_unwritable_output_exits_2_and_unreachable_cluster_exits_1(tmp_path):
+    """An output that cannot be written is the spec's fault (2); a cluster that does not answer is ``infra`` (1)."""
     (tmp_path / "file").write_text("x")
-    for over, field in (
-        ({"output": {"path": str(tmp_path / "file" / "out")}}, "output.path"),
-        ({"execution": {"address": "127.0.0.1:1"}}, "execution.address"),
+    for over, field, code in (
+        ({"output": {"path": str(tmp_path / "file" / "out")}}, "output.path", 2),
+        ({"execution": {"address": "127.0.0.1:1"}}, "execution.address", 1),
     ):
         path = tmp_path / "s.yaml"
         path.write_text(yaml.safe_dump(_spec(tmp_path, **over)))
         proc = subprocess.run(
             [sys.executable, "-m", "service.cli", "run", str(path)], capture_output=True, text=True, timeout=180
         )
-        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.returncode == code, proc.stderr[-2000:]
         assert f"error: {field}:" in proc.stderr and "Traceback" not in proc.stderr
 
 

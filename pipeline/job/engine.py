@@ -4,23 +4,21 @@ The engine only sequences: the order of the phases, what a rerun skips, cancel, 
 Ray's start and stop. Each phase is a module that gets a :class:`~pipeline.job.tasks.PhaseContext` and
 the typed records of the phases before it (:mod:`pipeline.job.records`):
 
-1. **curate** (:mod:`pipeline.job.curate`, the Ray Data graph in :mod:`pipeline.job.graph`): read every
-   input and run the stages on Ray; the last step writes the kept documents, on the workers, as Parquet
-   parts in ``.tokenmill/work/curated/`` (split by ``output.split_by`` into groups).
+1. **curate** (:mod:`pipeline.job.curate`, graph in :mod:`pipeline.job.graph`): read and run the stages on
+   Ray; the workers write the kept documents as Parquet parts in ``.tokenmill/work/curated/``.
 2. **tokenizer** (:mod:`pipeline.job.tokenizer`): train BPE on the first documents (or load ``tokenizer.path``).
-3. **write** (:mod:`pipeline.job.write`): tokenize + pack ranges of documents and write shards, all on Ray
-   workers, one shard set per group; each finished range and shard is recorded at once.
-4. **finalize** (:mod:`pipeline.job.finalize`): stats, manifests and the documents output are staged, then
-   committed into the output folder in one step (:meth:`pipeline.job.output_dir.OutputDir.commit`).
+3. **write** (:mod:`pipeline.job.write`): pack ranges and write shards on the workers, each recorded at once.
+4. **finalize** (:mod:`pipeline.job.finalize`): stats, manifests, documents staged, then committed in one step.
 
-Everything a rerun needs lives in the output's work folder (``.tokenmill/work``, :mod:`pipeline.job.state`):
-a rerun of the same spec skips finished phases, ranges and shards (a shard file is neither recomputed nor
-rewritten), and ends byte-identical to an uninterrupted run; another spec is refused unless ``overwrite``.
-The driver handles counts and names only: documents and tokens stay on the workers.
+Everything a rerun needs lives in the output's work folder (``.tokenmill/work``, :mod:`pipeline.job.state`;
+a failure drops the rest, :mod:`pipeline.job.leftovers`): a rerun of the same spec skips finished phases,
+ranges and shards (a shard file is neither recomputed nor rewritten) and ends byte-identical to an
+uninterrupted run; another spec is refused unless ``overwrite``. The driver handles counts and names only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -30,18 +28,14 @@ from typing import TypeVar
 
 from pipeline import storage
 from pipeline.job import events as ev
-from pipeline.job.errors import JobCancelled, JobError, failure_category
-from pipeline.job.output_dir import (
-    OutputError,
-    check_not_overlapping,
-    describe_os_error,
-    open_output_dir,
-    os_error_category,
-)
+from pipeline.job import leftovers
+from pipeline.job.errors import JobCancelled, JobError, as_job_error
+from pipeline.job.output_dir import check_not_overlapping, open_output_dir
 from pipeline.job.records import CurateResult, TokenizerRecord, written_from_json, written_to_json
 from pipeline.job.state import EVENTS, JsonlLog, JsonObject, StateError, WorkState, clear
 from pipeline.shard_format import Manifest
 from pipeline.spec import JobSpec
+from pipeline.tokenize import TokenizerError
 
 EventSink = Callable[[ev.Event], None]
 R = TypeVar("R")
@@ -68,6 +62,7 @@ class Job:
         self._events_log: JsonlLog | None = None
         self._emit_lock = threading.Lock()
         self._log_path = log_path
+        self._state: WorkState | None = None
         self.phase: str | None = None
 
     def cancel(self) -> None:
@@ -78,33 +73,32 @@ class Job:
         return self._cancel.is_set()
 
     def run(self) -> JobResult:
+        """Run the job; a failure drops what a rerun won't reuse and is reported once (:func:`.errors.as_job_error`)."""
         spec = self.spec
         try:
             check_not_overlapping(spec.output.path, [i.path for i in spec.inputs])  # local or object store
             with self.out.lock():
                 self.out.claim(spec.output.overwrite)
-                return self._run_locked()
-        except OutputError as exc:
-            raise self._fail(JobError(str(exc), failure_category(exc.category))) from None
-        except JobError as exc:
-            raise self._fail(exc) from None
-        except KeyboardInterrupt:
-            raise self._fail(JobCancelled(f"cancelled during {self.phase or 'start'}")) from None
-        except OSError as exc:
-            message = describe_os_error(exc, exc.filename)
-            raise self._fail(JobError(message, failure_category(os_error_category(exc)))) from None
+                try:
+                    return self._run_locked()
+                except BaseException:  # under the lock, Ray stopped; another spec's work is refused, not touched
+                    if self._state is not None:
+                        leftovers.drop(str(self.out.path), str(self.out.work), str(self.out.stage), self._state)
+                    raise
+        except (Exception, KeyboardInterrupt) as exc:
+            raise self._fail(as_job_error(exc, self.phase, (TokenizerError,))) from None
         finally:  # after the failure event, which goes to the log too
             if self._events_log:
-                self._events_log.close()
+                with contextlib.suppress(OSError):  # a full disk: the event went to the sinks all the same
+                    self._events_log.close()
                 self._events_log = None
 
     def _run_locked(self) -> JobResult:
-        # lazy: the phases import Ray and Ray Data (~1 s), which `import pipeline.job.engine` (the CLI, the
-        # service) should not pay for; imported here, a signal while they load is a cancel like any other
+        # lazy: Ray and Ray Data (~1 s), not for `import pipeline.job.engine`; a signal meanwhile is a cancel
         from pipeline.job import curate, finalize, tasks, tokenizer, write
 
         spec, t_start = self.spec, time.perf_counter()
-        state = self._open_state()
+        state = self._state = self._open_state()
         self._events_log = JsonlLog(storage.join(str(self.out.private), EVENTS))
         started_ray = tasks.start_ray(spec, self._log_path or tasks.local_log_path(str(self.out.path),
                                                                                     str(self.out.private)))
@@ -132,7 +126,8 @@ class Job:
             self._emit(ev.JobFinished(output=str(self.out.path), shards=stats.output.shards,
                                       samples=stats.output.samples, tokens=stats.output.tokens,
                                       documents=curated.docs, seconds=stats.seconds.total))
-            return JobResult(_output_dir(str(self.out.path)), manifest, stats.to_json())
+            out = str(self.out.path)
+            return JobResult(out if storage.is_remote(out) else Path(out), manifest, stats.to_json())
         finally:
             ray_tasks.cancel()
             if started_ray:
@@ -178,23 +173,22 @@ class Job:
         if self._cancel.is_set():
             raise JobCancelled(f"cancelled during {self.phase or 'start'}")
 
-    def _emit(self, event: ev.Event) -> None:
+    def _emit(self, event: ev.Event, final: bool = False) -> None:
+        """To the events log and every sink; the ``final`` event reaches the sinks even if the log fails (disk full)."""
         with self._emit_lock:
-            if self._events_log is not None:
-                self._events_log.append(ev.to_dict(event), sync=False)
+            try:
+                if self._events_log is not None:
+                    self._events_log.append(ev.to_dict(event), sync=final)
+            except OSError:
+                if not final:
+                    raise
             for sink in self._sinks:
                 sink(event)
 
     def _fail(self, exc: JobError) -> JobError:
-        try:
-            self._emit(ev.JobFailed(category=exc.category, message=str(exc), phase=self.phase))
-        except Exception:  # noqa: BLE001 - reporting must not hide the failure
-            pass
+        with contextlib.suppress(Exception):  # reporting must not hide the failure
+            self._emit(ev.JobFailed(category=exc.category, message=str(exc), phase=self.phase), final=True)
         return exc
-
-
-def _output_dir(path: str) -> Path | str:
-    return path if storage.is_remote(path) else Path(path)
 
 
 def run_job(spec: JobSpec, on_event: EventSink | None = None) -> JobResult:

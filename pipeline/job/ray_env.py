@@ -90,18 +90,20 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: 
     if not verbose:  # before ray.init: the driver's C++ core prints while it starts
         route_ray_logs(log_path or _provisional_log_path())
     sigterm = signal.getsignal(signal.SIGTERM)
-    ray.init(
-        address=address or "local",
-        num_cpus=num_cpus if address is None else None,
-        include_dashboard=False,
-        # quiet: workers' stdout/stderr stay in their files in Ray's session log folder
-        log_to_driver=verbose,
-        logging_level=logging.INFO,
-        configure_logging=True,
-        runtime_env=None,
-    )
-    if callable(sigterm) and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, sigterm)  # ray.init replaces it with sys.exit: keep the caller's (a cancel)
+    try:
+        ray.init(
+            address=address or "local",
+            num_cpus=num_cpus if address is None else None,
+            include_dashboard=False,
+            # quiet: workers' stdout/stderr stay in their files in Ray's session log folder
+            log_to_driver=verbose,
+            logging_level=logging.INFO,
+            configure_logging=True,
+            runtime_env=None,
+        )
+    finally:  # also when the start fails (a node that timed out during startup)
+        if callable(sigterm) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)  # ray.init replaces it with sys.exit: keep the caller's (a cancel)
     if not verbose:
         if log_path is None:
             _move_into_session_dir()
@@ -111,9 +113,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: 
 
 
 def configure_data_context() -> None:
-    """Deterministic output needs Ray Data to keep block order; progress goes to our own CLI."""
+    """Deterministic output needs Ray Data to keep block order; progress goes to our own CLI; a stage's own error
+    reaches the driver as raised (not a ``UserCodeException``, whose cause is lost on the way: a full disk's
+    ENOSPC would read as a bug)."""
     ctx = DataContext.get_current()
     ctx.execution_options.preserve_order = True
+    ctx.raise_original_map_exception = True
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
     ctx.verbose_stats_logs = False

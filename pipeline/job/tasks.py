@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,8 +20,7 @@ from ray import ObjectRef
 
 from pipeline import storage
 from pipeline.job import events as ev
-from pipeline.job.errors import JobError
-from pipeline.job.output_dir import describe_os_error
+from pipeline.job.errors import JobCancelled, JobError, as_job_error, first_line
 from pipeline.job.ray_env import init_ray
 from pipeline.spec import JobSpec
 
@@ -29,15 +29,29 @@ EventSink = Callable[[ev.Event], None]
 
 
 def start_ray(spec: JobSpec, log_path: str) -> bool:
-    """Start or join Ray for ``spec`` (True when this call started it); a cluster that cannot be reached
-    is an ``infra`` failure."""
+    """Start or join Ray for ``spec`` (True when this call started it).
+
+    Whatever Ray's start raises is an ``infra`` failure, one line: nothing answering at the address
+    (``ConnectionError``), ``TimeoutError``, a local node that timed out during startup or whose GCS or raylet
+    never came up (plain ``Exception`` in ``ray._private.node``), ``RuntimeError``/``ValueError`` from
+    ``ray.init``, an OS error (no room for Ray's session folder). SIGTERM while ``ray.init`` has its own
+    handler in place (``sys.exit``) is a cancel.
+    """
     ex = spec.execution
     try:
         return init_ray(ex.address, ex.num_cpus, log_path=log_path)
-    except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
-        where = ex.address or "a local Ray node"
-        raise JobError(f"execution.address: cannot connect to {where}: {str(exc).splitlines()[0]}",
-                       "infra") from None
+    except SystemExit as exc:
+        if exc.code not in (signal.SIGTERM, signal.SIGINT):
+            raise
+        raise JobCancelled("cancelled while Ray was starting") from None
+    except Exception as exc:  # noqa: BLE001 - every way a start fails is one line (see above)
+        env = os.environ.get("RAY_ADDRESS")
+        what = (f"execution.address: cannot connect to {ex.address}" if ex.address else
+                f"cannot connect to Ray at {env} (RAY_ADDRESS)" if env else "cannot start a local Ray node")
+        detail = first_line(exc) or type(exc).__name__
+        if type(exc) not in (Exception, ConnectionError, TimeoutError):  # a plain one says it all itself
+            detail = f"{type(exc).__name__}: {detail}"
+        raise JobError(f"{what}: {detail}", "infra") from None
 
 
 def local_log_path(output: str, private: str) -> str:
@@ -71,15 +85,10 @@ class RayTasks:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-            if isinstance(cause, JobError):
-                raise JobError(str(cause), cause.category) from None
-            if isinstance(cause, OSError):
-                raise JobError(describe_os_error(cause, cause.filename), "infra") from None
-            first = str(cause).splitlines()[0] if str(cause) else ""
-            raise JobError(f"{self.phase()}: {type(cause).__name__}: {first}", "app") from None
+            raise as_job_error(cause, self.phase()) from None
         except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
                 ray.exceptions.ObjectLostError) as exc:
-            raise JobError(f"{self.phase()}: Ray lost a worker: {str(exc).splitlines()[0]}", "infra") from None
+            raise JobError(f"{self.phase()}: Ray lost a worker: {first_line(exc)}", "infra") from None
 
     def get_all(self, refs: Iterable[ObjectRef[T]]) -> list[T]:
         """Every result, in order; the refs count as in flight until then."""

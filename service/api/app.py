@@ -4,8 +4,9 @@ At startup (the lifespan) the database is migrated to the latest revision and, u
 otherwise, the supervisor thread starts; at shutdown it stops, and the job processes keep running for
 the next start to re-attach to. Add a feature as a router in ``service/api/routers/`` and include it here.
 
-Errors are 4xx with a JSON ``detail`` (never a 500 for a bad request): 401 without a valid key, 403 a path
-outside the roots, 404 an unknown job, 409 a request the job's state does not allow, 413 a body over
+Errors are 4xx with a JSON ``detail`` (never a 500 for a bad request): 401 without a valid key (before the body
+is read: :mod:`service.api.edge`), 403 a path outside the roots, 404 an unknown job, 408 a body that did not
+arrive within ``body_timeout_s``, 409 a request the job's state does not allow, 413 a body over
 ``max_body_bytes``, 422 an invalid spec or parameter (``detail`` is a list of ``{loc, msg, type}``, ``loc``
 the field path), 503 when the database does not answer.
 """
@@ -20,15 +21,20 @@ from importlib import metadata
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from pipeline.problems import from_pydantic
 from service.admission import Refused
 from service.api.deps import require_key
+from service.api.edge import Edge
 from service.api.keycache import KeyCache
+from service.api.openapi import install as install_openapi
 from service.api.routers import artifacts, dashboard, health, jobs, metrics, schedules
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.schedules.scheduler import Scheduler
@@ -98,7 +104,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=_version(),
         summary="Submit, follow, cancel and resume tokenmill jobs.",
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,
         openapi_url="/openapi.json" if public else None,
         docs_url="/docs" if public else None,
         redoc_url="/redoc" if public else None,
@@ -106,6 +111,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = app.state.supervisor = None
     app.state.key_cache = KeyCache(settings.auth_cache_s)
+    # the key before the body, then the body bounded in size and time (inside the latency middleware: timed too)
+    app.add_middleware(Edge, routes=app.router.routes, max_body_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s)
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(artifacts.router)  # a job's and a version's files: what trainers stream
@@ -117,15 +125,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         def openapi() -> dict[str, Any]:
             return app.openapi()
     _add_error_handlers(app)
+    install_openapi(app)  # every error a route answers, in the schema
     return app
 
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DataError)
     async def unstorable(request: Request, exc: DataError) -> JSONResponse:
-        # a value the database cannot hold: PostgreSQL text and JSONB refuse U+0000 (SQLite stores it)
-        return JSONResponse({"detail": "a value holds a character the database cannot store (NUL, U+0000)"},
-                            status.HTTP_422_UNPROCESSABLE_CONTENT)
+        # a value the database cannot hold that the bounds and U+0000 checks before the store missed: still a
+        # 422 of the documented form (a list of problems), saying what it was
+        msg, kind = repo.unstorable(exc)
+        return JSONResponse({"detail": [{"loc": [], "msg": msg, "type": kind}]}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+            # starlette's Allow names the methods of the first route on the path; a path has one route per
+            # method here (GET and POST /v1/schedules), so name them all
+            allowed = {m for route in request.app.router.routes if isinstance(route, Route)
+                       and route.matches(request.scope)[0] != Match.NONE for m in route.methods or ()}
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(sorted(allowed))}
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

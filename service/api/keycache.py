@@ -2,14 +2,18 @@
 
 What is cached is the key's row as the database had it (its id and ``secret_hash``), for at most ``ttl_s``
 seconds after the read that fetched it began; every request's secret is still hashed and compared with
-the stored hash (constant-time), so a wrong secret for a cached key is refused without a read. Unknown,
-revoked and malformed keys are not cached: each such request reads the database again.
+the stored hash (constant-time), so a wrong secret for a cached key is refused without a read. A malformed key
+is refused without a read. An unknown or revoked key id is remembered as such for ``ttl_s`` (at most
+:data:`MAX_UNKNOWN` ids, the oldest forgotten first), so a stranger repeating one costs one read per ``ttl_s``,
+not one per request; a stranger inventing a new id per request still costs a read each (the id is 48 random
+bits: no cache can tell an unknown one from a real one without asking).
 
 **Staleness bound.** A key revoked by another process (``tokenmill apikey revoke``, another API worker) stops
 working here at most ``ttl_s`` seconds (``Settings.auth_cache_s``, default 10 s; 0 turns the cache off) after
 the revocation commits. A revocation flushed by this process (``repo.revoke_key`` on any of its sessions) also
 drops the key from this process's caches when it is flushed (a read already under way may still put the old row
-back, for at most ``ttl_s``). A new key works at once (misses are not cached).
+back, for at most ``ttl_s``). A new key works at once: its id is new (random), so no request named it before it
+existed (and a key inserted by this process is dropped from the unknown ids all the same).
 
 **Nobody waits for a refresh.** Once an entry is half its life old, the next request that uses it starts a
 read in the background and goes on with the entry; the read replaces it, normally long before it expires. A
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +46,9 @@ from service.store.models import ApiKey, utcnow
 
 #: caches live in this process, so a revocation flushed here reaches them all
 _CACHES: weakref.WeakSet[KeyCache] = weakref.WeakSet()
+#: unknown or revoked key ids remembered per cache: 10k ids (1.5 MB) outlast any real set of keys, and
+#: a flood of invented ids only pushes out other invented ones
+MAX_UNKNOWN = 10_000
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,8 @@ class KeyCache:
     def __init__(self, ttl_s: float = AUTH_CACHE_S, clock: Callable[[], float] = time.monotonic):
         self.ttl_s, self.clock = ttl_s, clock
         self._entries: dict[str, _Entry] = {}
+        #: key id -> clock() until which it is known to be unknown or revoked (oldest first)
+        self._unknown: OrderedDict[str, float] = OrderedDict()
         self._loading: dict[str, asyncio.Future[_Entry | None]] = {}
         _CACHES.add(self)
 
@@ -66,6 +76,8 @@ class KeyCache:
             return None
         key_id, secret = parsed
         entry, now = self._entries.get(key_id), self.clock()
+        if entry is None and self._unknown.get(key_id, now) > now:
+            return None  # read within ttl_s: no such live key
         if entry is None or entry.expires <= now:
             entry = await self._load(db, key_id, secret)
         elif entry.refresh <= now and key_id not in self._loading:
@@ -76,6 +88,10 @@ class KeyCache:
 
     def forget(self, key_id: str) -> None:
         self._entries.pop(key_id, None)
+
+    def known(self, key_id: str) -> None:
+        """``key_id`` now names a key (inserted by this process): no longer answer it as unknown."""
+        self._unknown.pop(key_id, None)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -100,8 +116,18 @@ class KeyCache:
         entry = f.result()
         if entry is not None and self.ttl_s > 0:
             self._entries[key_id] = entry
+            self._unknown.pop(key_id, None)
         else:
             self._entries.pop(key_id, None)
+            self._remember_unknown(key_id)
+
+    def _remember_unknown(self, key_id: str) -> None:
+        if self.ttl_s <= 0:
+            return
+        self._unknown.pop(key_id, None)
+        self._unknown[key_id] = self.clock() + self.ttl_s
+        while len(self._unknown) > MAX_UNKNOWN:
+            self._unknown.popitem(last=False)
 
     def _read(self, db: Database, key_id: str, secret: str, started: float) -> _Entry | None:
         """In a worker thread: the key's row (None if unknown or revoked); refreshes ``last_used_at`` when the
@@ -122,3 +148,9 @@ def _revoked_here(mapper: object, connection: object, target: ApiKey) -> None:
     if inspect(target).attrs.revoked_at.history.has_changes():
         for cache in list(_CACHES):
             cache.forget(target.id)
+
+
+@event.listens_for(ApiKey, "after_insert")
+def _created_here(mapper: object, connection: object, target: ApiKey) -> None:
+    for cache in list(_CACHES):
+        cache.known(target.id)

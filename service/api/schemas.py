@@ -2,21 +2,82 @@
 
 The request body of ``POST /v1/jobs`` is :class:`pipeline.spec.JobSpec` itself, the model ``tokenmill run``
 loads, so the API and the CLI accept exactly the same specs.
+
+The rules of path and query parameters live here too (bounds, patterns), so that the routers declare them once
+and the OpenAPI schema states what the server checks: an integer never reaches the store beyond what its column
+holds (a 422 naming the parameter, not an overflow), and a U+0000 in any string of a request is a 422 naming
+the field on every store (PostgreSQL text cannot hold it; SQLite would store it).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
+from zoneinfo import available_timezones
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from fastapi import Path
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 from sqlalchemy.engine import Row
 
 from pipeline.spec import JobSpec
-from service.schedules.cron import check_cron, check_timezone, upcoming
+from service.admission import NUL_MESSAGE
+from service.schedules.cron import MACROS, check_cron, check_timezone, upcoming
 from service.store.models import ApiKey, Attempt, Job, JobState, RunState, Schedule, ScheduleRun, ScheduleVersion
 from service.store.repo import AttemptRow
+
+# ---- what a request's parameters may be ------------------------------------------------------------------
+
+#: the largest value of an ``Integer`` column (attempt, event, run and version numbers: 4 bytes on PostgreSQL)
+INT32_MAX = 2**31 - 1
+#: the largest value of a ``BigInteger`` column (a job's sequence number)
+INT64_MAX = 2**63 - 1
+#: what ``secrets.token_hex(8)`` gives: a job's or a schedule's id (another string is 404: no such thing)
+ID_PATTERN = r"^[0-9a-f]{16}$"
+#: a page cursor: a job's sequence number as 16 hex digits, below 2**63 (:data:`INT64_MAX`)
+CURSOR_PATTERN = r"^[0-7][0-9a-f]{15}$"
+#: an artifact's name: up to 4 parts of ``[A-Za-z0-9_.-]`` not starting with ``.`` (routers/artifacts.py, 400)
+ARTIFACT_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}){0,3}$"
+#: a cron expression's shape: one of the macros (any case) or five fields of the characters cron syntax
+#: uses; croniter then checks the fields' values (service/schedules/cron.py), and that the expression fires
+_FIELD = r"[0-9A-Za-z*?/,#-]+"
+_MACRO = "|".join("".join(f"[{c.upper()}{c}]" for c in m[1:]) for m in sorted(MACROS))
+CRON_PATTERN = rf"^[ \t]*(@({_MACRO})|{_FIELD}([ \t]+{_FIELD}){{4}})[ \t]*$"
+#: a time in a query: ISO 8601 (a time without a zone is UTC); pydantic would also take a number as Unix time,
+#: which the schema's ``date-time`` does not say
+_NUMBER = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$", re.I)
+#: a string without U+0000 (stated in the schema; :func:`no_nul` checks it with a message that says so)
+NUL_FREE = r"^[^\x00]*$"
+
+
+def no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise PydanticCustomError("nul_character", NUL_MESSAGE)  # the type admission's problems have
+    return value
+
+
+def _iso_time(value: Any) -> Any:
+    if isinstance(value, str) and _NUMBER.match(value):
+        raise PydanticCustomError("datetime_from_number", "an ISO 8601 date and time (2024-05-01T12:00:00Z), "
+                                                          "not a number")
+    return value
+
+
+Time = Annotated[datetime, BeforeValidator(_iso_time)]
+#: a string of a request: no U+0000, refused alike on every store
+Text = Annotated[str, AfterValidator(no_nul), Field(json_schema_extra={"pattern": NUL_FREE})]
+
+# path parameters: the schema gives an id's form, the server answers 404 for any other (no such job), 422 for
+# one with U+0000
+JobId = Annotated[str, Path(description="a job's id", json_schema_extra={"pattern": ID_PATTERN}),
+                  AfterValidator(no_nul)]
+ScheduleId = Annotated[str, Path(description="a schedule's id", json_schema_extra={"pattern": ID_PATTERN}),
+                       AfterValidator(no_nul)]
+#: checked by ``routers/artifacts.check_name`` (400 for another form), U+0000 included
+ArtifactName = Annotated[str, Path(description="a published file's path below the artifacts URL",
+                                   json_schema_extra={"pattern": ARTIFACT_NAME_PATTERN, "maxLength": 512})]
 
 
 class ErrorInfo(BaseModel):
@@ -202,16 +263,27 @@ def _zone(value: str) -> str:
     return check_timezone(value)
 
 
+#: a cron expression: :data:`CRON_PATTERN`'s shape (checked first: the schema says what the server refuses),
+#: then croniter's rules
+Cron = Annotated[str, Field(max_length=200, pattern=CRON_PATTERN,
+                            description="five fields (minute hour day-of-month month day-of-week) or @hourly, "
+                                        "@daily...; one that never fires (Feb 30) is refused too"),
+                 AfterValidator(_cron)]
+#: an IANA zone this machine knows: the schema lists them (what check_timezone accepts, exactly)
+Zone = Annotated[str, Field(max_length=64, description="IANA name",
+                            json_schema_extra={"enum": sorted(available_timezones())}), AfterValidator(_zone)]
+ScheduleName = Annotated[Text, Field(min_length=1, max_length=200)]
+
+
 class ScheduleIn(BaseModel):
     """A job spec run on a cron schedule; every run reads only new or changed input files and publishes a
     new version in ``spec.output.path`` (``v000001/``, ``v000002/``..., ``latest``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, min_length=1, max_length=200, description="default: spec.name")
-    cron: Annotated[str, AfterValidator(_cron)] = Field(
-        max_length=200, description="five fields (minute hour day-of-month month day-of-week) or @hourly, @daily...")
-    timezone: Annotated[str, AfterValidator(_zone)] = Field("UTC", max_length=64, description="IANA name")
+    name: ScheduleName | None = Field(None, description="default: spec.name")
+    cron: Cron
+    timezone: Zone = "UTC"
     overlap: Overlap = Field("skip", description="a slot that comes while the previous run is going: skip it, "
                                                   "or keep one and run it when that run ends (buffer_one)")
     paused: bool = False
@@ -222,9 +294,9 @@ class ScheduleIn(BaseModel):
 class SchedulePatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, min_length=1, max_length=200)
-    cron: Annotated[str, AfterValidator(_cron)] | None = Field(None, max_length=200)
-    timezone: Annotated[str, AfterValidator(_zone)] | None = Field(None, max_length=64)
+    name: ScheduleName | None = None
+    cron: Cron | None = None
+    timezone: Zone | None = None
     overlap: Overlap | None = None
     spec: JobSpec | None = Field(None, description="its output.path cannot change")
 
@@ -293,7 +365,8 @@ class VersionOut(BaseModel):
     number: int
     path: str
     job_id: str
-    run: int = Field(description="the run that published it")
+    run: int = Field(description="the run that published it; 0: adopted from the folder when the schedule was "
+                                 "created (an earlier schedule's)")
     documents: int | None
     samples: int | None
     tokens: int | None

@@ -31,7 +31,6 @@ from pipeline.job.signals import cancel_on_signals
 from pipeline.job.state import JsonlLog
 from pipeline.preflight import problems as preflight_problems
 from pipeline.spec import SpecError, parse_spec
-from pipeline.tokenize import TokenizerError
 from service.confine import Roots
 from service.confine import problems as path_problems
 
@@ -99,11 +98,8 @@ def run_attempt(run_dir: Path) -> int:
                 return EXIT_OK
             except JobCancelled:
                 return EXIT_CANCELLED
-            except JobError as exc:
+            except JobError as exc:  # the engine has reported it (job_failed) already
                 return EXIT_USAGE if exc.category in ("validation", "input") else EXIT_FAILURE
-            except TokenizerError as exc:  # a tokenizer that does not fit the spec: the CLI's exit 2 too
-                sink(ev.JobFailed(category="validation", message=str(exc), phase=job.phase))
-                return EXIT_USAGE
     except KeyboardInterrupt:  # a signal outside the engine's own handling
         if sink.terminal is None:
             sink(ev.JobFailed(category="cancelled", message="cancelled"))

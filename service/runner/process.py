@@ -3,8 +3,9 @@
 A process is known by its pid *and* its start time (as the kernel reports it, through psutil), so after
 a service restart a pid that the system has since given to another program is never taken for the job;
 its command line must also name the attempt's folder. Each job process leads its own session (and
-process group), so a restart or a crash of the service does not take it down, and a forced stop reaches
-everything it started in that group.
+process group), so a restart or a crash of the service does not take it down; what it starts (its local
+Ray node) stays in that session, so when the attempt ends, however it ends, or a forced stop, the
+supervisor kills whatever is left of the session (:func:`kill_session`).
 
 The supervisor sees them through an :class:`Executor`: :class:`LocalProcesses` here (the default), or
 :class:`service.runner.ray_jobs.RayJobs` (each attempt a Ray Jobs API submission, its driver on the cluster).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,12 +97,51 @@ def terminate(pid: int) -> None:
         pass
 
 
-def kill_group(pid: int) -> None:
-    """SIGKILL to the job process's whole group (it leads its session, so its group id is its pid)."""
+def session_of(pid: int) -> int | None:
+    """The session id of process ``pid`` (``/proc/PID/stat``); None when it is gone, a zombie, or there is no /proc."""
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "(comm)", which may hold spaces: state ppid pgrp session
+    return None if fields[0] in ("Z", "X") else int(fields[3])
+
+
+def session_members(sid: int) -> list[int]:
+    """The live processes of session ``sid``."""
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    return [p for p in pids if session_of(p) == sid]
+
+
+def kill_session(pid: int, started: float | None, sweeps: int = 3) -> list[int]:
+    """SIGKILL every process left in the session that the job process ``(pid, started)`` leads or led; the
+    pids killed.
+
+    That is what the attempt started: a local Ray node's GCS, raylet, log monitor, workers (in process groups
+    of their own, so a group kill misses them) and its dashboard and runtime-env agents, which outlive a lost
+    job process by minutes. Found by session, never by name; nothing when the session's leader is another
+    process than the job's (its pid reused), nor a process started before the job. A Ray cluster the job only
+    joined (``execution.address``) runs in sessions of its own and is never touched."""
+    if not started or started < psutil.boot_time():
+        return []  # unknown, or from before a reboot: whatever has that session id now is not the job's
+    leader = start_time(pid)
+    if leader is not None and abs(leader - started) > START_TIME_TOLERANCE_S:
+        return []
+    killed: list[int] = []
+    for _ in range(sweeps):  # a raylet may start a worker while the sweep runs
+        found = [m for m in session_members(pid) if (start_time(m) or 0.0) >= started - START_TIME_TOLERANCE_S]
+        if not found:
+            break
+        for member in found:
+            try:
+                os.kill(member, signal.SIGKILL)
+                killed.append(member)
+            except ProcessLookupError:
+                pass
+    return killed
 
 
 # ---- the supervisor's view: one executor per service (this one, or service.runner.ray_jobs.RayJobs) ---------
@@ -145,6 +186,7 @@ class LocalProcesses:
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str], log_file: str):
         self.command, self.env, self.log_file = tuple(command), dict(env), log_file
+        self.host = socket.gethostname()
         self._children: dict[int, subprocess.Popen[bytes]] = {}  # the processes this service started
 
     def launch(self, job_id: str, number: int, run_dir: Path) -> ProcessRef:
@@ -171,10 +213,21 @@ class LocalProcesses:
         return f"the job process (pid {att.pid})"
 
     def cancel(self, att: Any, force: bool) -> None:
-        if att.pid is not None:
-            (kill_group if force else terminate)(att.pid)
+        if att.pid is None:
+            return
+        if force:
+            self.reap(att)
+        else:
+            terminate(att.pid)
 
     def ended(self, att: Any) -> Ended:
         child = self._children.pop(att.pid, None) if att.pid is not None else None
         code = child.returncode if child is not None else None
+        self.reap(att)  # a lost job process (SIGKILL, a crash) leaves its Ray node behind
         return Ended(code, f"exit code {code}" if code is not None else "no result")
+
+    def reap(self, att: Any) -> list[int]:
+        """Kill what is left of the attempt's session (:func:`kill_session`); only on the host that started it."""
+        if att.pid is None or (getattr(att, "host", None) or self.host) != self.host:
+            return []
+        return kill_session(att.pid, att.proc_started)

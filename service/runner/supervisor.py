@@ -7,8 +7,9 @@ wakes it) a tick does:
 
 1. **reconcile** each RUNNING / CANCELLING job: find its process (pid + start time + command line; see
    :mod:`service.runner.process`), store the new lines of its ``events.jsonl`` as job events and fold
-   them into the job's summary, deliver a cancel (SIGTERM once, SIGKILL to its group after
-   ``cancel_grace_s``), and when the process is gone decide the outcome from its terminal event:
+   them into the job's summary, deliver a cancel (SIGTERM once, SIGKILL to its session after
+   ``cancel_grace_s``), and when the process is gone kill what is left of its session (its local Ray
+   node: :func:`process.kill_session`) and decide the outcome from its terminal event:
    ``job_finished`` -> SUCCEEDED, ``job_failed`` -> FAILED(category) or CANCELLED. A process that died
    without one (SIGKILL, a crash, the machine) is *lost*: the job goes back to the front of the queue and
    its next attempt resumes the output's work (finished phases and shards kept), up to ``max_lost``
@@ -73,7 +74,7 @@ class RunnerConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     #: attempts in a row that may die without a result before the job is FAILED(infra) instead of resumed
     max_lost: int = 3
-    #: seconds between the cancel's SIGTERM and a SIGKILL to the job's process group. The engine stops within
+    #: seconds between the cancel's SIGTERM and a SIGKILL to the job's session. The engine stops within
     #: seconds of SIGTERM (README, "Cancel"); a minute leaves room for a slow Ray shutdown
     cancel_grace_s: float = 60.0
     poll_s: float = 0.5

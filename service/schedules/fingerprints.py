@@ -13,6 +13,10 @@ than :data:`RACY_WINDOW_NS` after the file's mtime is marked ``racy`` and the ne
 whatever its stat says.
 
 Deleted files are simply absent from the next snapshot: a version, once published, is never retracted.
+
+The baseline lives in the schedule's run history, so a schedule deleted and created again on its folder
+starts from none: its first run fingerprints and reads every file, and dedup against the versions it
+adopted (:mod:`service.schedules.versions`) drops what they published.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ class Scheduler(LeaderLoop):
             last = repo.last_consumed_run(s, schedule_id)
             return _Claim(schedule_id=sched.id, slot=slot, template=dict(sched.spec),
                           output_path=sched.output_path, baseline=dict(last.fingerprints) if last else {},
-                          earlier=[v.path for v in repo.versions_of(s, schedule_id)],
+                          earlier=[v.path for v in repo.versions_of(s, schedule_id)],  # adopted ones too
                           reserved=repo.max_reserved_version(s, schedule_id))
 
     def _add(self, s: Any, sched: Any, slot: datetime, state: RunState, message: str, **kw: Any) -> ScheduleRun | None:

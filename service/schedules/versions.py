@@ -14,6 +14,13 @@ Layout of ``OUT`` (the schedule spec's ``output.path``)::
   the same through any copy tool, object store or HTTP server, and a reader opens it once, then reads the
   folder it names. Over the API, ``versions/latest`` answers with a redirect to the numbered version, which
   the trainer's loader follows once, for the manifest, and then pins (``training/data.py``).
+- A schedule created on a folder that already holds versions (its schedule was deleted, whose history went
+  with it) adopts them: each ``vNNNNNN`` that a job of this service published is recorded as the new
+  schedule's version (same number, same job), so numbering, the dedup baseline and the tokenizer below all
+  come from what is published there; a version no job of this service wrote, or one a job is still writing,
+  makes creation a 409 naming it (:func:`service.store.repo.adopt_versions`). The deleted history's input
+  fingerprints are gone, so the first run reads every input file again and its dedup stages drop what the
+  adopted versions published.
 - Every version shares the first version's tokenizer (later runs load ``v000001/tokenizer.json`` instead of
   training their own), so token ids mean the same in all versions and a trainer can mix them.
 - Each run dedups its documents against every earlier published version: its ``exact_dedup`` and
@@ -53,14 +60,19 @@ def parse_number(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def highest_on_disk(out: str | os.PathLike[str]) -> int:
-    """The highest ``vNNNNNN`` folder in ``out`` (0 when none): numbers a schedule that was deleted and made
-    again, or a run the database forgot, are never handed out twice."""
+def on_disk(out: str | os.PathLike[str]) -> list[int]:
+    """The numbers of the ``vNNNNNN`` names in ``out``, ascending (published or not)."""
     try:
         names = os.listdir(out)
     except OSError:
-        return 0
-    return max((n for name in names if (n := parse_number(name))), default=0)
+        return []
+    return sorted(n for name in names if (n := parse_number(name)))
+
+
+def highest_on_disk(out: str | os.PathLike[str]) -> int:
+    """The highest ``vNNNNNN`` folder in ``out`` (0 when none): numbers a schedule that was deleted and made
+    again, or a run the database forgot, are never handed out twice."""
+    return max(on_disk(out), default=0)
 
 
 def write_latest(out: str | os.PathLike[str], number: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.engine import Connection, Row
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from service import auth
@@ -55,6 +56,26 @@ class Conflict(RuntimeError):
 
 class IdempotencyConflict(Conflict):
     """An Idempotency-Key reused with a different spec."""
+
+
+#: SQLSTATEs of a value PostgreSQL cannot hold: a number beyond its column's type; a character it cannot
+#: convert (U+0000 in JSONB is one; psycopg itself refuses U+0000 in a text parameter, with no SQLSTATE)
+_OUT_OF_RANGE, _UNTRANSLATABLE = "22003", "22P05"
+
+
+def unstorable(exc: DataError) -> tuple[str, str]:
+    """``(message, type)`` of a value the database refused (a :class:`~sqlalchemy.exc.DataError`): a number
+    out of its column's range, a U+0000 (only when it is one), else the database's own first line. The API
+    checks bounds and U+0000 before any query (so both stores answer alike, naming the field); this is the
+    last line, for a value those checks missed."""
+    orig = exc.orig
+    full = str(orig)
+    state, text = getattr(orig, "sqlstate", None), full.splitlines()[0] if full else type(orig).__name__
+    if state == _OUT_OF_RANGE:
+        return f"a number is out of the database's range ({text})", "number_out_of_range"
+    if "NUL (0x00)" in full or (state == _UNTRANSLATABLE and "\\u0000" in full):
+        return "a value holds U+0000 (NUL), which the database cannot store", "nul_character"
+    return f"a value the database cannot store ({text})", "unstorable"
 
 
 def request_hash(spec: dict[str, Any]) -> str:
@@ -480,6 +501,50 @@ def add_version(s: Session, run: ScheduleRun, *, path: str, documents: int | Non
     s.add(version)
     s.flush()
     return version
+
+
+#: ``ScheduleVersion.run_number`` of a version adopted from the folder (published before the schedule existed)
+ADOPTED_RUN = 0
+
+
+def adopt_versions(s: Session, sched: Schedule, folders: dict[int, str]) -> list[ScheduleVersion]:
+    """Record as ``sched``'s versions the ``{number: folder}`` found in its output folder that a job of this
+    service published (a schedule deleted and created again on its folder): the same number, job and figures,
+    run :data:`ADOPTED_RUN`. A folder whose jobs all failed is a failed run's: skipped (its number stays
+    used). :class:`Conflict`, naming them, for folders no job of this service wrote (copied in, another
+    service's) and for jobs still queued or running into the folder: adopting the first would publish what
+    this service never checked, and the second would be published by no one."""
+    pending = s.scalars(select(Job).where(Job.state.not_in([str(x) for x in TERMINAL])).order_by(Job.seq)).all()
+    busy = [f"{os.path.basename(job.output_path)} (job {job.id}, {job.state})" for job in pending
+            if os.path.dirname(job.output_path) == sched.output_path]  # a queued job has no folder yet
+    real = {os.path.realpath(path): number for number, path in folders.items()}
+    jobs = s.scalars(select(Job).where(Job.output_path.in_(list(real))).order_by(Job.seq.desc())).all() \
+        if real else []
+    written: set[int] = set()
+    done: dict[int, Job] = {}
+    for job in jobs:  # newest first
+        number = real[job.output_path]
+        written.add(number)
+        if job.state == JobState.SUCCEEDED:
+            done.setdefault(number, job)
+    unknown = [os.path.basename(folders[n]) for n in sorted(folders) if n not in written]
+    if unknown or busy:
+        why = [f"{', '.join(unknown)}: no job of this service wrote them"] if unknown else []
+        why += [f"{', '.join(busy)}: still being written"] if busy else []
+        raise Conflict(f"spec.output.path: {sched.output_path} holds versions this schedule cannot adopt "
+                       f"({'; '.join(why)}); move them away, or wait for the jobs, or choose another folder")
+    adopted = []
+    for number, job in sorted(done.items()):
+        summary = job.summary or {}
+        version = ScheduleVersion(schedule_id=sched.id, number=number, path=folders[number], job_id=job.id,
+                                  run_number=ADOPTED_RUN, documents=summary.get("documents"),
+                                  samples=summary.get("samples"), tokens=summary.get("tokens"),
+                                  shards=(summary.get("shards") or {}).get("total"),
+                                  published_at=job.finished_at or job.updated_at)
+        s.add(version)
+        adopted.append(version)
+    s.flush()
+    return adopted
 
 
 def versions_of(s: Session, schedule_id: str) -> Sequence[ScheduleVersion]:

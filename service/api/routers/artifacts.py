@@ -41,8 +41,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi import Path as PathParam
-from fastapi.responses import FileResponse, RedirectResponse
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from pipeline.job.output_dir import PUBLISHED, OutputDir
 from pipeline.output.inspect import DOCUMENTS_INDEX, load_documents_index
@@ -50,6 +51,7 @@ from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardFor
 from pipeline.storage import is_remote
 from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep
+from service.api.schemas import ArtifactName, JobId, ScheduleId
 from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
@@ -70,6 +72,15 @@ _FILE: dict[int | str, dict[str, Any]] = {400: {"model": schemas.Message, "descr
          404: {"model": schemas.Message, "description": "no such job, version or published file"},
          409: {"model": schemas.Message, "description": "the job has not succeeded"},
          410: {"model": schemas.Message, "description": "a later job replaced this output"}}
+#: a served file's answers: its bytes (the media type its name gives), a range of them, not modified, a range
+#: outside it (its JSON error: :func:`_range_refusal`)
+_BYTES = {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}
+_SERVED: dict[int | str, dict[str, Any]] = {
+    **_FILE, 200: {**_BYTES, "description": "the file (ETag: its sha256)"},
+    206: {**_BYTES, "description": "the ranges `Range` asked for (multipart/byteranges for several)"},
+    304: {"description": "If-None-Match matched its ETag"},
+    400: {"model": schemas.Message, "description": "not a plain relative name, or a malformed Range"},
+    416: {"model": schemas.Message, "description": "no range of `Range` starts inside the file"}}
 Version = Annotated[str, PathParam(pattern=r"^(latest|[1-9][0-9]{0,8})$", description="a number, or latest")]
 
 
@@ -294,7 +305,26 @@ async def _serve(request: Request, src: Source, name: str) -> Response:
     headers = {"ETag": f'"{sha}"', "Cache-Control": src.cache_control}
     if _etag_matches(request.headers.get("if-none-match"), sha):
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-    return FileResponse(real, stat_result=st, headers=headers)
+    response = FileResponse(real, stat_result=st, headers=headers)
+    return _range_refusal(request, response, st.st_size) or response
+
+
+def _range_refusal(request: Request, response: FileResponse, size: int) -> JSONResponse | None:
+    """The 400 (malformed) or 416 (no byte inside the file) ``response`` would answer ``Range`` with, as JSON
+    like every error of the API: starlette answers them in plain text. Same rules, its own parser: a ``Range``
+    that ``If-Range`` cancels is no error."""
+    http_range, if_range = request.headers.get("range"), request.headers.get("if-range")
+    if http_range is None or (if_range is not None and not response._should_use_range(if_range)):
+        return None
+    try:
+        FileResponse._parse_range_header(http_range, size)
+    except MalformedRangeHeader as exc:
+        return JSONResponse({"detail": f"Range: {exc.content.removeprefix('Range header: ')}"},
+                            status.HTTP_400_BAD_REQUEST)
+    except RangeNotSatisfiable:
+        return JSONResponse({"detail": f"Range: no range starts inside the file ({size} bytes)"},
+                            status.HTTP_416_RANGE_NOT_SATISFIABLE, headers={"Content-Range": f"bytes */{size}"})
+    return None
 
 
 def _to_latest(request: Request, number: int) -> RedirectResponse:
@@ -307,15 +337,15 @@ def _to_latest(request: Request, number: int) -> RedirectResponse:
 
 
 @router.get("/v1/jobs/{job_id}/artifacts", response_model=schemas.ArtifactList, responses=_FILE)
-async def list_job_artifacts(job_id: str, key: KeyDep, db: DbDep, settings: SettingsDep) -> schemas.ArtifactList:
+async def list_job_artifacts(job_id: JobId, key: KeyDep, db: DbDep, settings: SettingsDep) -> schemas.ArtifactList:
     """The files a trainer can fetch from the job's output, with their sizes and sha256 (= ETag)."""
     src = await run_in_threadpool(job_source, db, settings, job_id)
     return await run_in_threadpool(_listing, src)
 
 
-@router.get("/v1/jobs/{job_id}/artifacts/{name:path}", responses=_FILE, response_class=FileResponse)
+@router.get("/v1/jobs/{job_id}/artifacts/{name:path}", responses=_SERVED, response_class=FileResponse)
 @router.head("/v1/jobs/{job_id}/artifacts/{name:path}", include_in_schema=False)
-async def get_job_artifact(request: Request, job_id: str, name: str, key: KeyDep, db: DbDep,
+async def get_job_artifact(request: Request, job_id: JobId, name: ArtifactName, key: KeyDep, db: DbDep,
                            settings: SettingsDep) -> Response:
     """One published file of the job's output (Range, If-Range and If-None-Match honoured; ETag = sha256)."""
     src = await run_in_threadpool(job_source, db, settings, job_id)
@@ -324,7 +354,7 @@ async def get_job_artifact(request: Request, job_id: str, name: str, key: KeyDep
 
 @router.get("/v1/schedules/{schedule_id}/versions/{version}/artifacts", response_model=schemas.ArtifactList,
             responses={**_FILE, 307: {"description": "latest: the numbered version"}})
-async def list_version_artifacts(request: Request, schedule_id: str, version: Version, key: KeyDep, db: DbDep,
+async def list_version_artifacts(request: Request, schedule_id: ScheduleId, version: Version, key: KeyDep, db: DbDep,
                                  settings: SettingsDep) -> Response | schemas.ArtifactList:
     """The files of a published version (``latest`` redirects to the newest number)."""
     number = await run_in_threadpool(version_number, db, schedule_id, version)
@@ -335,10 +365,10 @@ async def list_version_artifacts(request: Request, schedule_id: str, version: Ve
 
 
 @router.get("/v1/schedules/{schedule_id}/versions/{version}/artifacts/{name:path}", response_class=FileResponse,
-            responses={**_FILE, 307: {"description": "latest: the numbered version"}})
+            responses={**_SERVED, 307: {"description": "latest: the numbered version"}})
 @router.head("/v1/schedules/{schedule_id}/versions/{version}/artifacts/{name:path}", include_in_schema=False)
-async def get_version_artifact(request: Request, schedule_id: str, version: Version, name: str, key: KeyDep,
-                               db: DbDep, settings: SettingsDep) -> Response:
+async def get_version_artifact(request: Request, schedule_id: ScheduleId, version: Version, name: ArtifactName,
+                               key: KeyDep, db: DbDep, settings: SettingsDep) -> Response:
     """One file of a published version; a numbered version never changes (cached as immutable)."""
     check_name(name)
     number = await run_in_threadpool(version_number, db, schedule_id, version)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -11,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
@@ -20,6 +18,8 @@ from pipeline.spec import JobSpec
 from service.admission import admit
 from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep, SupervisorDep
+from service.api.openapi import links
+from service.api.schemas import INT32_MAX, JobId
 from service.runner.job_process import LOG_FILE
 from service.store import repo
 from service.store.db import Database
@@ -30,15 +30,23 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 #: most bytes of a log one request returns (its end); ``tail_bytes`` asks for less
 MAX_LOG_BYTES = 4 << 20
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Message, "description": "no such job"}}
+#: a job's events and log are not JSON (their errors are: service/api/openapi.py documents them so)
+_SSE = {"description": "`event:`, `id:` and `data:` (JSON) lines per event; the stream ends with the job"}
+_LOG = {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the end of the attempt's log",
+        "headers": {"X-Attempt": {"schema": {"type": "integer"}, "description": "the attempt it is (0: none yet)"}}}
 _CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": schemas.Message, "description": "not possible in the job's state"}}
+#: what a created job's id leads to (not /events: a queued job's stream lasts until the job ends)
+_LINKS = links("job_id", {"GetJob": ("get", "/v1/jobs/{job_id}"), "CancelJob": ("post", "/v1/jobs/{job_id}/cancel"),
+                          "RetryJob": ("post", "/v1/jobs/{job_id}/retry"), "GetLogs": ("get", "/v1/jobs/{job_id}/logs"),
+                          "ListArtifacts": ("get", "/v1/jobs/{job_id}/artifacts")})
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.JobOut, responses={
-    200: {"model": schemas.JobOut, "description": "the job this Idempotency-Key created earlier"},
+    201: {"links": _LINKS},
+    200: {"model": schemas.JobOut, "description": "the job this Idempotency-Key created earlier", "links": _LINKS},
     403: {"model": schemas.ProblemList, "description": "a path outside the configured roots"},
     409: {"model": schemas.Message, "description": "the Idempotency-Key was used for another spec"},
-    413: {"description": "request body too large"},
     422: {"model": schemas.ProblemList, "description": "an invalid spec: one problem per field path"},
 })
 def submit_job(spec: JobSpec, response: Response, key: KeyDep, db: DbDep, settings: SettingsDep,
@@ -65,21 +73,23 @@ def submit_job(spec: JobSpec, response: Response, key: KeyDep, db: DbDep, settin
 @router.get("", response_model=schemas.JobList)
 def list_jobs(key: KeyDep, db: DbDep,
               state: Annotated[list[JobState], Query(description="repeat to match any of several")] = [],  # noqa: B006
-              name: Annotated[str | None, Query(max_length=200)] = None,
-              created_after: datetime | None = None, created_before: datetime | None = None,
+              name: Annotated[schemas.Text | None, Query(max_length=200)] = None,
+              created_after: schemas.Time | None = None, created_before: schemas.Time | None = None,
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
-              cursor: Annotated[str | None, Query(max_length=100)] = None) -> schemas.JobList:
+              cursor: Annotated[str | None, Query(pattern=schemas.CURSOR_PATTERN,
+                                                  description="the previous page's next_cursor")] = None,
+              ) -> schemas.JobList:
     """Jobs, newest first, filtered; follow `next_cursor` for the next page."""
     with db.read() as s:
         jobs = repo.list_jobs(s, states=[str(x) for x in state], name=name, created_after=_aware(created_after),
-                              created_before=_aware(created_before), before_seq=_decode_cursor(cursor),
+                              created_before=_aware(created_before), before_seq=int(cursor, 16) if cursor else None,
                               limit=limit + 1)
         items = [schemas.JobOut.of(j) for j in jobs[:limit]]
     return schemas.JobList(items=items, next_cursor=_encode_cursor(jobs[limit - 1].seq) if len(jobs) > limit else None)
 
 
 @router.get("/{job_id}", response_model=schemas.JobDetail, responses=_NOT_FOUND)
-async def get_job(job_id: str, key: KeyDep, db: DbDep) -> schemas.JobDetail:
+async def get_job(job_id: JobId, key: KeyDep, db: DbDep) -> schemas.JobDetail:
     """State, attempts, per-stage documents in/out/dropped per reason, tokens, shards, throughput, timings."""
     # what clients poll: async, and the read goes through Database.run_read, not the thread pool (a sync route
     # would send its dependencies, its body and the response's validation there, each a handoff)
@@ -89,7 +99,7 @@ async def get_job(job_id: str, key: KeyDep, db: DbDep) -> schemas.JobDetail:
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,
              responses={**_NOT_FOUND, **_CONFLICT})
-def cancel_job(job_id: str, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
+def cancel_job(job_id: JobId, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
     """A queued job is CANCELLED at once; a running one becomes CANCELLING, then CANCELLED once its process
     has stopped (SIGTERM: its Ray work is cancelled and nothing is published)."""
     with db.session() as s:
@@ -101,7 +111,7 @@ def cancel_job(job_id: str, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -
 
 @router.post("/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,
              responses={**_NOT_FOUND, **_CONFLICT})
-def retry_job(job_id: str, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
+def retry_job(job_id: JobId, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
     """Queue a FAILED or CANCELLED job again; its next attempt resumes: finished phases are skipped and
     shards already written are kept, not recomputed."""
     with db.session() as s:
@@ -111,10 +121,9 @@ def retry_job(job_id: str, key: KeyDep, db: DbDep, supervisor: SupervisorDep) ->
     return out
 
 
-@router.get("/{job_id}/logs", response_class=PlainTextResponse, responses={
-    **_NOT_FOUND, 200: {"content": {"text/plain": {}}, "description": "the end of the attempt's log"}})
-def get_logs(job_id: str, key: KeyDep, db: DbDep,
-             attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
+@router.get("/{job_id}/logs", response_class=PlainTextResponse, responses={**_NOT_FOUND, 200: _LOG})
+def get_logs(job_id: JobId, key: KeyDep, db: DbDep,
+             attempt: Annotated[int | None, Query(ge=1, le=INT32_MAX, description="default: the latest")] = None,
              tail_bytes: Annotated[int, Query(ge=0, le=MAX_LOG_BYTES)] = MAX_LOG_BYTES) -> PlainTextResponse:
     """The job process's log (its output and Ray's), the last `tail_bytes` of it."""
     with db.read() as s:
@@ -127,16 +136,15 @@ def get_logs(job_id: str, key: KeyDep, db: DbDep,
     return PlainTextResponse(text, headers={"X-Attempt": str(number)})
 
 
-def _event_cursor(last_event_id: Annotated[str | None, Header(max_length=20)] = None,
-                  after: Annotated[int | None, Query(ge=0, description="as Last-Event-ID")] = None) -> int:
-    if last_event_id is None:
-        return after or 0
-    if not last_event_id.strip().isdigit():
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, "Last-Event-ID: not an event id of this stream")
-    return int(last_event_id)
+def _event_cursor(last_event_id: Annotated[int | None, Header(ge=0, le=INT32_MAX, description=(
+                      "the id of the last event received: the stream goes on after it"))] = None,
+                  after: Annotated[int | None, Query(ge=0, le=INT32_MAX, description="as Last-Event-ID")] = None,
+                  ) -> int:
+    """Where the stream starts: after ``Last-Event-ID`` (what a reconnecting EventSource sends), else ``after``."""
+    return last_event_id if last_event_id is not None else after or 0
 
 
-async def _existing_job(job_id: str, db: DbDep) -> str:
+async def _existing_job(job_id: JobId, db: DbDep) -> str:
     def check() -> None:
         with db.read() as s:
             repo.get_job(s, job_id)
@@ -145,7 +153,7 @@ async def _existing_job(job_id: str, db: DbDep) -> str:
     return job_id
 
 
-@router.get("/{job_id}/events", response_class=EventSourceResponse, responses=_NOT_FOUND)
+@router.get("/{job_id}/events", response_class=EventSourceResponse, responses={**_NOT_FOUND, 200: _SSE})
 async def follow_events(request: Request, key: KeyDep, db: DbDep, settings: SettingsDep,
                         job_id: Annotated[str, Depends(_existing_job)],
                         after: Annotated[int, Depends(_event_cursor)]) -> AsyncIterator[ServerSentEvent]:
@@ -186,21 +194,9 @@ def _aware(t: datetime | None) -> datetime | None:
 
 
 def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"v1:{seq}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str | None) -> int | None:
-    if cursor is None:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        tag, _, seq = raw.partition(":")
-        if tag != "v1" or not seq.isdigit():
-            raise ValueError
-        return int(seq)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
-            {"loc": ["query", "cursor"], "msg": "not a cursor this server gave", "type": "cursor"}]) from None
+    """The last job's sequence number as :data:`~service.api.schemas.CURSOR_PATTERN` says: every string of
+    that form is a cursor (it reads as "jobs before this one"), so the schema is the whole rule."""
+    return f"{seq:016x}"
 
 
 def _tail(path: Path, n: int) -> str:

@@ -67,7 +67,9 @@ def install(app: FastAPI) -> None:
 
 
 @router.get("/metrics", response_class=Response, responses={
-    200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition format (or OpenMetrics)"}})
+    200: {"content": {"text/plain": {"schema": {"type": "string"}},
+                      "application/openmetrics-text": {"schema": {"type": "string"}}},
+          "description": "Prometheus text exposition format (OpenMetrics when Accept asks for it)"}})
 def metrics(request: Request, key: KeyDep) -> Response:
     """The service's figures in Prometheus' text format (OpenMetrics when the scraper asks for it)."""
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))

@@ -5,6 +5,11 @@ A schedule's spec is checked as a job's is (schema 422, roots 403, address 422),
 match no file yet: each run checks the files it reads. It also needs an ``exact_dedup`` or ``near_dedup``
 stage (a refresh drops there what earlier versions published), an output folder outside its inputs, and a
 folder no other schedule publishes into or around (409).
+
+A new schedule on a folder that already holds versions (a deleted schedule's: its history went, its folders
+stayed) adopts those this service's jobs published: they are listed and served as its own, numbering goes on
+after them, later runs dedup against them and load the first one's tokenizer. A version no job of this
+service wrote, or one still being written, is a 409 naming it (:func:`service.store.repo.adopt_versions`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from pipeline.spec import JobSpec
 from service.admission import Refused, admit
 from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep
+from service.api.openapi import links
+from service.api.schemas import INT32_MAX, ScheduleId
 from service.schedules import versions
 from service.schedules.cron import next_fire, system_clock
 from service.settings import Settings
@@ -33,10 +40,19 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Message, "
 _REFUSED: dict[int | str, dict[str, Any]] = {
     403: {"model": schemas.ProblemList, "description": "a path outside the configured roots"},
     409: {"model": schemas.Message, "description": "another schedule publishes into or around this folder, or "
-                                                   "the folder holds other files"},
+                                                   "the folder holds other files, or versions it cannot adopt"},
     422: {"model": schemas.ProblemList, "description": "an invalid schedule or spec: one problem per field path"},
 }
 
+
+#: what a created schedule's id leads to
+_LINKS = links("schedule_id", {
+    "GetSchedule": ("get", "/v1/schedules/{schedule_id}"), "UpdateSchedule": ("patch", "/v1/schedules/{schedule_id}"),
+    "DeleteSchedule": ("delete", "/v1/schedules/{schedule_id}"),
+    "PauseSchedule": ("post", "/v1/schedules/{schedule_id}/pause"),
+    "ResumeSchedule": ("post", "/v1/schedules/{schedule_id}/resume"),
+    "ListRuns": ("get", "/v1/schedules/{schedule_id}/runs"),
+    "ListVersions": ("get", "/v1/schedules/{schedule_id}/versions")})
 
 #: where a schedule's spec lies in its request body
 _SPEC_AT = ("body", "spec")
@@ -81,18 +97,22 @@ def _out(s: Any, sched: Schedule) -> schemas.ScheduleOut:
     return schemas.ScheduleOut.of(sched, latest[-1].number if latest else None, runs[0] if runs else None)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ScheduleOut, responses=_REFUSED)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.ScheduleOut,
+             responses={201: {"links": _LINKS}, **_REFUSED})
 def create_schedule(body: schemas.ScheduleIn, response: Response, key: KeyDep, db: DbDep,
                     settings: SettingsDep) -> schemas.ScheduleOut:
-    """Create a schedule; its first slot is the first one the cron expression names after now."""
+    """Create a schedule; its first slot is the first one the cron expression names after now. Versions
+    already in its folder (a deleted schedule's) become its own (409 for any it cannot adopt)."""
     with db.read() as s:
         others = repo.schedule_outputs(s)
     out = check_spec(body.spec, settings, others)
     nxt = next_fire(body.cron, body.timezone, system_clock())
+    found = {n: str(versions.version_dir(out, n)) for n in versions.on_disk(out)}
     with db.session() as s:
         sched = repo.create_schedule(s, name=body.name or body.spec.name, cron=body.cron, timezone=body.timezone,
                                      overlap=body.overlap, paused=body.paused, spec=body.spec.model_dump(mode="json"),
                                      output_path=out, next_fire_at=nxt, api_key_id=key.id)
+        repo.adopt_versions(s, sched, found)
         result = _out(s, sched)
     response.headers["Location"] = f"/v1/schedules/{result.id}"
     return result
@@ -105,14 +125,14 @@ def list_schedules(key: KeyDep, db: DbDep) -> schemas.ScheduleList:
 
 
 @router.get("/{schedule_id}", response_model=schemas.ScheduleOut, responses=_NOT_FOUND)
-def get_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
+def get_schedule(schedule_id: ScheduleId, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
     """The schedule, its next slots, its latest version and last run."""
     with db.read() as s:
         return _out(s, repo.get_schedule(s, schedule_id))
 
 
 @router.patch("/{schedule_id}", response_model=schemas.ScheduleOut, responses={**_NOT_FOUND, **_REFUSED})
-def update_schedule(schedule_id: str, body: schemas.SchedulePatch, key: KeyDep, db: DbDep,
+def update_schedule(schedule_id: ScheduleId, body: schemas.SchedulePatch, key: KeyDep, db: DbDep,
                     settings: SettingsDep) -> schemas.ScheduleOut:
     """Change the name, cron expression, time zone, overlap policy or spec (not its output folder); a new
     cron expression or zone takes effect from now."""
@@ -143,16 +163,16 @@ def update_schedule(schedule_id: str, body: schemas.SchedulePatch, key: KeyDep, 
 
 @router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
     **_NOT_FOUND, 409: {"model": schemas.Message, "description": "a run is going"}})
-def delete_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> Response:
+def delete_schedule(schedule_id: ScheduleId, key: KeyDep, db: DbDep) -> Response:
     """Delete the schedule and its history. The published versions stay on disk (a trainer may be reading
-    them) but are no longer served."""
+    them) but are no longer served, until a schedule created on the same folder adopts them."""
     with db.session() as s:
         repo.delete_schedule(s, schedule_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/{schedule_id}/pause", response_model=schemas.ScheduleOut, responses=_NOT_FOUND)
-def pause_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
+def pause_schedule(schedule_id: ScheduleId, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
     """No slot fires while paused (a run already going finishes and publishes)."""
     with db.session() as s:
         sched = repo.lock_schedule(s, schedule_id)
@@ -162,7 +182,7 @@ def pause_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.Schedule
 
 
 @router.post("/{schedule_id}/resume", response_model=schemas.ScheduleOut, responses=_NOT_FOUND)
-def resume_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
+def resume_schedule(schedule_id: ScheduleId, key: KeyDep, db: DbDep) -> schemas.ScheduleOut:
     """Fire again from the next slot after now (slots missed while paused are not made up)."""
     with db.session() as s:
         sched = repo.lock_schedule(s, schedule_id)
@@ -174,8 +194,9 @@ def resume_schedule(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.Schedul
 
 
 @router.get("/{schedule_id}/runs", response_model=schemas.ScheduleRunList, responses=_NOT_FOUND)
-def list_runs(schedule_id: str, key: KeyDep, db: DbDep,
-              before: Annotated[int | None, Query(ge=1, description="a run number: older runs only")] = None,
+def list_runs(schedule_id: ScheduleId, key: KeyDep, db: DbDep,
+              before: Annotated[int | None, Query(ge=1, le=INT32_MAX,
+                                                  description="a run number: older runs only")] = None,
               limit: Annotated[int, Query(ge=1, le=500)] = 50) -> schemas.ScheduleRunList:
     """Run history, newest first: each run's slot, state, message, job, version and the files it read."""
     with db.read() as s:
@@ -186,7 +207,7 @@ def list_runs(schedule_id: str, key: KeyDep, db: DbDep,
 
 
 @router.get("/{schedule_id}/versions", response_model=schemas.VersionList, responses=_NOT_FOUND)
-def list_versions(schedule_id: str, key: KeyDep, db: DbDep) -> schemas.VersionList:
+def list_versions(schedule_id: ScheduleId, key: KeyDep, db: DbDep) -> schemas.VersionList:
     """Published versions, oldest first; `latest` is the number `versions/latest` redirects to."""
     with db.read() as s:
         repo.get_schedule(s, schedule_id)
