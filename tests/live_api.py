@@ -80,6 +80,20 @@ def _finished_job(db: Database) -> str:
         return job.id
 
 
+def wait_healthy(proc: subprocess.Popen[bytes], base: str, log: Path, timeout: float = 60) -> None:
+    """Until ``base/healthz`` answers 200; the server's log in the failure if it exits or never answers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"the server did not start:\n{log.read_text()[-2000:]}"
+        time.sleep(0.1)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -110,16 +124,7 @@ def live_api(tmp: Path, url: str | None = None, schema: str | None = None) -> It
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp / "serve.log").read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the API did not start"
-            time.sleep(0.1)
+        wait_healthy(proc, base, tmp / "serve.log")
         yield Live(base, token, finished, str(in_root / "in" / "*.jsonl"), out_root)
     finally:
         proc.terminate()

@@ -42,6 +42,7 @@ from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 from service.store.models import ApiKey
+from tests.live_api import wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 2  # the server's head, body and keep-alive timeouts here
@@ -76,16 +77,7 @@ def server(tmp_path_factory):
          "--max-connections", str(MAX_CONNECTIONS)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True)
-    end = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, (tmp / "serve.log").read_text()
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < end, "the service did not start"
-        time.sleep(0.1)
+    wait_healthy(proc, f"http://127.0.0.1:{port}", tmp / "serve.log")
     yield port, proc.pid, token
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=30)

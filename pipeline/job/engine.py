@@ -128,10 +128,11 @@ class Job:
                                       documents=curated.docs, seconds=stats.seconds.total))
             out = str(self.out.path)
             return JobResult(out if storage.is_remote(out) else Path(out), manifest, stats.to_json())
-        finally:
-            ray_tasks.cancel()
+        finally:  # a local Ray's shutdown ends its tasks; a cluster's are cancelled (tasks.RayTasks.cancel)
             if started_ray:
                 tasks.stop_ray()
+            else:
+                ray_tasks.cancel()
 
     def _open_state(self) -> WorkState:
         """The work folder's state for this spec: a rerun continues it; another spec's is refused (or, with

@@ -111,10 +111,10 @@ class RayTasks:
         return [self.get(ref) for ref in done]
 
     def cancel(self) -> None:
-        """Ask every task in flight to stop."""
-        # not force=True: force-killing workers while their tasks complete can abort the driver inside Ray
-        # ("Tried to complete task that was not pending", seen under the service); a Python task stops at its next
-        # bytecode, and a local Ray is shut down right after anyway
+        """Ask every task in flight on a cluster the job joined to stop. A local Ray is shut down instead, never
+        cancelled task by task: cancelling a task whose reply is on its way aborts the driver inside Ray, even
+        without ``force`` (``task_manager.cc``: "Tried to complete task that was not pending", exit 1 with
+        nothing printed; seen under load on a SIGINT of ``tokenmill run``)."""
         for ref in self.inflight:
             try:
                 ray.cancel(ref, force=False)
