@@ -11,7 +11,7 @@ here is treated as hostile: :meth:`Manifest.validate` is the one strict schema t
 :meth:`Manifest.to_json`), the loader and ``inspect`` all apply, every read is bounded (the manifest
 by :data:`MAX_MANIFEST_BYTES`, a shard by its own ``bytes`` entry), and every problem is a
 :class:`ShardFormatError` whose one-line message names the field or member and never echoes file bytes.
-This module imports nothing of ours but :mod:`pipeline.storage` (its one atomic write) so the trainer can use it alone.
+This module imports nothing of ours, so the trainer can use it alone.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy_format
-
-from pipeline import storage
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -639,8 +637,3 @@ def hash_regular(path: str | os.PathLike, limit: int, chunk: int = 1 << 20) -> t
             total += len(block)
     return total, h.hexdigest()
 
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``path`` atomically: :func:`pipeline.storage.write_bytes` (a temporary name in the same folder,
-    fsync, rename; nothing left behind on a failure), the one atomic write."""
-    storage.write_bytes(os.fspath(path), data)

@@ -195,14 +195,13 @@ class Api:
     def __init__(self, server: str, api_key: str | None):
         if not api_key:
             raise ClientError("no API key: pass --api-key or set TOKENMILL_API_KEY", EXIT_USAGE)
-        self.httpx = httpx
         self.client = httpx.Client(base_url=server.rstrip("/"), timeout=TIMEOUT_S,
                                    headers={"Authorization": f"Bearer {api_key}"})
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
         try:
             r = self.client.request(method, path, **kw)
-        except self.httpx.HTTPError as exc:
+        except httpx.HTTPError as exc:
             raise ClientError(f"{self.client.base_url}: {exc}", EXIT_FAILURE) from None
         _check(r)
         return r
@@ -211,7 +210,7 @@ class Api:
         """``(id, event, data)`` of the job's server-sent events after ``after``, until the stream ends."""
         headers = {"Last-Event-ID": str(after), "Accept": "text/event-stream"}
         with self.client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers,
-                                timeout=self.httpx.Timeout(TIMEOUT_S, read=None)) as r:
+                                timeout=httpx.Timeout(TIMEOUT_S, read=None)) as r:
             if r.is_error:
                 r.read()
                 _check(r)
@@ -397,7 +396,7 @@ def _follow(api: Api, job_id: str, verbose: bool = False) -> int:
                         final = data if data["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") else None
                     elif kind in ev.EVENT_TYPES:
                         renderer(ev.from_dict(data))
-            except api.httpx.TransportError as exc:
+            except httpx.TransportError as exc:
                 print(f"{PREFIX} stream interrupted ({exc}); reconnecting", file=sys.stderr, flush=True)
                 time.sleep(RECONNECT_S)
                 continue

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import shard_format as fmt  # the shard contract, the one module of pipeline training reads
+from pipeline import shard_format as fmt  # the shard contract, which training shares with the writer
+from pipeline import storage  # ... and its one atomic write
 
 Packed = tuple[np.ndarray, np.ndarray, np.ndarray | None]  # input_ids, doc_lens, loss_mask
 
@@ -56,7 +57,7 @@ def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, 
         nonlocal pending, tokens
         data = fmt.tar_bytes(pending)
         name = fmt.shard_name(len(shards))
-        fmt.atomic_write_bytes(out / name, data)
+        storage.write_bytes(str(out / name), data)
         shards.append(fmt.ShardInfo(name, len(pending), tokens, fmt.sha256_bytes(data), len(data), partial))
         pending, tokens = [], 0
 
@@ -74,7 +75,7 @@ def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, 
     manifest = fmt.Manifest(spec_hash="synthetic", tokenizer_hash="synthetic", seq_len=seq_len, dtype=dtype.name,
                             vocab_size=vocab_size, samples_per_shard=samples_per_shard, bos_id=None, eos_id=eos_id,
                             pad_id=pad_id, has_loss_mask=has_mask, shards=shards)
-    fmt.atomic_write_bytes(out / fmt.MANIFEST, manifest.to_json().encode())
+    storage.write_bytes(str(out / fmt.MANIFEST), manifest.to_json().encode())
     return manifest
 
 
