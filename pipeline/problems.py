@@ -9,7 +9,8 @@ Every check (the schema, a stage's parameters, the files a spec names, the servi
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,16 +26,23 @@ NO_MATCH = "no_match"
 PREFLIGHT = "preflight"
 #: ``kind`` of a spec's own checks across fields (an unknown stage, two stages annotating one key)
 SPEC = "spec"
+#: ``kind`` of a spec file that cannot be read or parsed: its message starts with the file's name (and, for a
+#: syntax error, ``:LINE:COL``), which stands in for the field
+SPEC_FILE = "spec_file"
 
 
 @dataclass(frozen=True)
 class Problem:
     """One reason a spec cannot run: where (``loc``, relative to the spec), why (``msg``), and what kind
-    (``kind``: pydantic's error type for a schema error, else one of this module's names or the check's own)."""
+    (``kind``: pydantic's error type for a schema error, else one of this module's names or the check's own).
+
+    ``line``: where the field is in the spec's YAML file, when it came from one (shown, never compared: two
+    problems at one field are equal wherever the file had it)."""
 
     loc: Loc
     msg: str
     kind: str = SPEC
+    line: int | None = dc_field(default=None, compare=False)
 
     @property
     def field(self) -> str:
@@ -42,11 +50,17 @@ class Problem:
         return ".".join(str(p) for p in self.loc) or "spec"
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.msg}"
+        if self.kind == SPEC_FILE and not self.loc:
+            return self.msg
+        return f"{self.field}{f' (line {self.line})' if self.line else ''}: {self.msg}"
 
     def under(self, *prefix: str | int) -> Problem:
         """The same problem with ``prefix`` before its ``loc`` (a spec inside a stage, a body)."""
-        return Problem((*prefix, *self.loc), self.msg, self.kind)
+        return Problem((*prefix, *self.loc), self.msg, self.kind, self.line)
+
+    def at_line(self, line: int) -> Problem:
+        """The same problem, shown with the YAML ``line`` of its field."""
+        return replace(self, line=line)
 
     def detail(self, *prefix: str | int) -> dict[str, Any]:
         """A FastAPI 422 ``detail`` item: ``{"loc": [*prefix, *loc], "msg": ..., "type": kind}``."""

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from pipeline.problems import Problem, SpecError, problems_of, validation_error
+from pipeline.problems import SPEC_FILE, Loc, Problem, SpecError, problems_of, validation_error
 from pipeline.stages import REGISTRY, stage_class
 
 #: ``documents``: a tokenmill ``documents`` output (its parts, Parquet or JSONL), read with ids and ``meta`` as
@@ -168,39 +168,131 @@ def parse_spec(data: Any) -> JobSpec:
 
 
 def load_spec(path: str | Path) -> JobSpec:
-    """Load a spec from a YAML or JSON file; relative paths (inputs, tokenizer, output, stage path
-    params such as ``dedup_against``) resolve against its folder."""
+    """Load a spec from a YAML or JSON file; its paths resolve against its folder (:func:`resolve_paths`).
+
+    A file that cannot be read or parsed is one problem naming it, with the line and column for a syntax error
+    (``spec.yaml:4:7: mapping values are not allowed here``); a schema problem of a YAML file names the line of
+    its field (``stages.1.type (line 5): ...``)."""
     path = Path(path)
+    data, lines = read_spec_file(path)
+    try:
+        return parse_spec(data)
+    except SpecError as exc:
+        raise SpecError(with_lines(exc.problems, lines)) from None
+
+
+#: a YAML spec's field paths -> their 1-based line (of the value; of the key for a missing field's parent)
+Lines = dict[Loc, int]
+
+
+def read_spec_file(path: Path) -> tuple[Any, Lines]:
+    """The data of the spec file at ``path``, its paths resolved (:func:`resolve_paths`), and each field's line.
+
+    :class:`SpecError` (kind :data:`~pipeline.problems.SPEC_FILE`) when it cannot be read or parsed."""
     try:
         text = path.read_text()
-    except OSError as exc:
-        raise SpecError.one((), f"cannot read {path}: {exc.strerror}", "spec_file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text ({exc.reason})"
+        raise SpecError.one((), f"{path}: cannot read: {why}", SPEC_FILE) from None
+    lines: Lines = {}
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SpecError.one((), f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                                f"{str(exc).splitlines()[0]}", "spec_file") from None
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            loader = yaml.SafeLoader(text)
+            try:
+                node = loader.get_single_node()
+                data = loader.construct_document(node) if node is not None else None
+            finally:
+                loader.dispose()
+            if node is not None:
+                _node_lines(node, (), lines)
+    except json.JSONDecodeError as exc:
+        raise SpecError.one((), f"{path}:{exc.lineno}:{exc.colno}: {exc.msg}", SPEC_FILE) from None
+    except yaml.YAMLError as exc:
+        raise SpecError.one((), _yaml_error(path, exc), SPEC_FILE) from None
     if isinstance(data, dict):
-        base = path.resolve().parent
-        for inp in data.get("inputs") or []:
-            if isinstance(inp, dict) and isinstance(inp.get("path"), str):
-                inp["path"] = _under(base, inp["path"])
-        tok = data.get("tokenizer")
-        if isinstance(tok, dict) and isinstance(tok.get("path"), str):
-            tok["path"] = _under(base, tok["path"])
-        out = data.get("output")
-        if isinstance(out, dict) and isinstance(out.get("path"), str):
-            out["path"] = _under(base, out["path"])
-        _resolve_stage_paths(data.get("stages"), base)
-    return parse_spec(data)
+        resolve_paths(data, path.resolve().parent)
+    return data, lines
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """``path:LINE:COL: problem`` (1-based, where the parser stopped), else the first line of yaml's message."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if isinstance(exc, yaml.MarkedYAMLError) and mark is not None and problem:
+        return f"{path}:{mark.line + 1}:{mark.column + 1}: {problem}"
+    return f"{path} is not valid YAML: {str(exc).splitlines()[0]}"
+
+
+def _node_lines(node: yaml.Node, loc: Loc, lines: Lines) -> None:
+    """Fill ``lines`` with the line of every field below ``node`` (a composed YAML document)."""
+    lines[loc] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                _node_lines(value, (*loc, key.value), lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _node_lines(item, (*loc, i), lines)
+
+
+def with_lines(problems: list[Problem], lines: Lines) -> list[Problem]:
+    """``problems`` with the YAML line of their field, or of its nearest parent that the file has (a missing
+    field: the mapping it is missing from); unchanged for a JSON file or a problem of the spec as a whole."""
+    if not lines:
+        return problems
+    out = []
+    for p in problems:
+        loc = p.loc
+        while loc and loc not in lines:
+            loc = loc[:-1]
+        out.append(p.at_line(lines[loc]) if loc else p)
+    return out
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Make every path field of a spec's ``data`` absolute, in place: ``inputs[].path``, ``tokenizer.path``,
+    ``output.path`` and each stage's path params (``Stage.path_params``: ``dedup_against``, ``benchmarks``,
+    ``model``...), relative ones against ``base`` (:func:`_under`). ``tokenmill run`` and ``tokenmill submit``
+    both load a spec file through this, so the server gets the paths ``run`` would use. Anything malformed is
+    left alone for validation to report."""
+    inputs = data.get("inputs")
+    for inp in inputs if isinstance(inputs, list) else []:
+        if isinstance(inp, dict) and isinstance(inp.get("path"), str):
+            inp["path"] = _under(base, inp["path"])
+    for key in ("tokenizer", "output"):
+        part = data.get(key)
+        if isinstance(part, dict) and isinstance(part.get("path"), str):
+            part["path"] = _under(base, part["path"])
+    _resolve_stage_paths(data.get("stages"), base)
+    return data
 
 
 def _under(base: Path, path: str) -> str:
     """``path`` as written in a spec file: ``~`` is the user's home, a relative path is below the
-    spec's folder, an absolute one or a URI (``s3://bucket/key``) stays as it is."""
+    spec's folder, an absolute one stays, and ``..`` is resolved (:func:`_without_dotdot`); a URI
+    (``s3://bucket/key``) stays as it is, ``file://`` is dropped."""
     if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", path) and not path.startswith("file://"):
         return path
-    return str(base / os.path.expanduser(path.removeprefix("file://")))
+    return _without_dotdot(os.path.join(base, os.path.expanduser(path.removeprefix("file://"))))
+
+
+def _without_dotdot(path: str) -> str:
+    """An absolute ``path`` with no ``.``, ``..`` or doubled ``/`` left (the server refuses ``..``).
+
+    ``..`` means what the OS makes of it: the part up to the last ``..`` is resolved with symlinks followed
+    (``link/..`` is the parent of the link's target, not ``.``); what follows, a glob included, stays as
+    written. A path without ``..`` is only tidied (``os.path.normpath``), its symlinks kept."""
+    parts = Path(path).parts
+    if ".." not in parts:
+        return os.path.normpath(path)
+    last = len(parts) - 1 - parts[::-1].index("..")
+    try:
+        head = os.path.realpath(os.path.join(*parts[: last + 1]))
+    except (OSError, ValueError):  # a NUL byte: left for the checks to name
+        head = os.path.normpath(os.path.join(*parts[: last + 1]))
+    return os.path.normpath(os.path.join(head, *parts[last + 1:]))
 
 
 def _resolve_stage_paths(stages: Any, base: Path) -> None:

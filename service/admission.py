@@ -9,7 +9,13 @@ Kept apart from the API so that anything else that creates jobs (the scheduler) 
   when ``execution.num_cpus`` or ``execution.parallelism`` asks more CPUs than the service lets one job have
   (:attr:`~service.settings.Settings.job_cpu_cap`: ``--max-job-cpus``; ``--job-cpus`` is only the default),
   or when the filesystem disagrees with the spec (:func:`pipeline.preflight.problems`: no file matches an
-  input, a missing tokenizer or model file).
+  input, a missing tokenizer or model file);
+- the output folder, as ``tokenmill run`` checks it before any work (:func:`output_refusal`, read-only: nothing
+  is created or locked): 422 when it overlaps an input; 409 when it holds an earlier run's output and
+  ``output.overwrite`` is not set, an unfinished job of another spec, or files tokenmill did not write. What
+  is on disk now decides: a job queued behind another on the same folder is admitted, and the engine's claim
+  refuses it later if that one publishes first. A schedule's folder holds versions, not an output: its own
+  checks apply (``versioned``, :func:`service.api.routers.schedules.check_spec`).
 """
 
 from __future__ import annotations
@@ -19,9 +25,14 @@ from typing import Any
 
 from fastapi import status
 
+from pipeline import storage
+from pipeline.job.output_dir import EarlierOutput, OutputError, check_not_overlapping, open_output_dir
+from pipeline.job.state import StateError, WorkState
 from pipeline.preflight import problems as preflight_problems
+from pipeline.preflight import readable_problems
 from pipeline.problems import Loc, Problem, SpecError
 from pipeline.spec import JobSpec
+from pipeline.stages import stage_class
 from service import confine
 from service.settings import Settings
 
@@ -59,8 +70,9 @@ class Refused(SpecError):
         return [p.detail(*self.at) for p in self.problems]
 
 
-def admit(spec: JobSpec, settings: Settings) -> None:
-    """Return when the service will run ``spec``; raise :class:`Refused` otherwise."""
+def admit(spec: JobSpec, settings: Settings, *, versioned: bool = False) -> None:
+    """Return when the service will run ``spec``; raise :class:`Refused` otherwise. ``versioned``: the spec is
+    a schedule's, whose output folder holds versions (the schedule checks it itself)."""
     nul = nul_problems(spec.model_dump(mode="json"))
     if nul:
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, nul)
@@ -78,6 +90,82 @@ def admit(spec: JobSpec, settings: Settings) -> None:
     found = preflight_problems(spec)
     if found:
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, found)
+    refusal = None if versioned else output_refusal(spec)
+    if refusal is not None:
+        raise refusal
+
+
+def beside_schema(data: Any, settings: Settings) -> list[Problem]:
+    """The file checks of a body that failed its schema, so a submission is refused in one round (as
+    ``tokenmill run`` refuses a spec file): an input matching nothing comes with the unknown stage type.
+
+    Only parts whose paths lie inside the roots are looked at; one outside gets no file check (whether a file
+    exists there is not this service's to say), and the 403 comes once the schema holds."""
+    if not isinstance(data, dict):
+        return []
+    roots = settings.roots()
+    safe = dict(data)
+    if isinstance(data.get("inputs"), list):
+        safe["inputs"] = [i if isinstance(i, dict) and confine.readable(i.get("path"), roots) else None
+                          for i in data["inputs"]]
+    if isinstance(data.get("stages"), list):
+        safe["stages"] = [st if _paths_readable(st, roots) else None for st in data["stages"]]
+    tok = data.get("tokenizer")
+    if isinstance(tok, dict) and tok.get("path") is not None and not confine.readable(tok["path"], roots):
+        safe["tokenizer"] = None
+    return readable_problems(safe)
+
+
+def _paths_readable(stage: Any, roots: confine.Roots) -> bool:
+    """A stage entry whose path parameters (``dedup_against``...) all lie inside the roots."""
+    if not isinstance(stage, dict) or not isinstance(stage.get("params", {}), dict):
+        return False
+    try:
+        names = stage_class(str(stage.get("type"))).path_params
+    except (KeyError, ValueError):
+        return False
+    for name in names:
+        value = stage.get("params", {}).get(name)
+        if value is not None and not all(confine.readable(v, roots) for v in
+                                         (value if isinstance(value, list) else [value])):
+            return False
+    return True
+
+
+def output_refusal(spec: JobSpec) -> Refused | None:
+    """What the engine would refuse about ``output.path`` when the job starts (:class:`Refused` naming it), asked
+    now with the engine's own checks, read-only: the overlap with the inputs
+    (:func:`~pipeline.job.output_dir.check_not_overlapping`), the folder's ownership and earlier output
+    (``check_claim``), and the work folder's spec (:meth:`~pipeline.job.state.WorkState.open`)."""
+    out_path, overwrite = spec.output.path, spec.output.overwrite
+    try:
+        check_not_overlapping(out_path, [inp.path for inp in spec.inputs])
+    except OutputError as exc:
+        return Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [_output_problem(exc, "output_overlaps_input")])
+    if storage.is_remote(out_path):
+        # an object store is asked over the network (its foreign check lists the whole prefix): not inside a
+        # request; the job's claim refuses the same when it starts
+        return None
+    out = open_output_dir(out_path)
+    try:
+        out.check_claim(overwrite)
+        if not overwrite:  # with it, the engine removes another spec's work
+            WorkState.open(out.work, spec.content_hash())
+    except EarlierOutput as exc:
+        return Refused(status.HTTP_409_CONFLICT, [_output_problem(exc, "output_exists")])
+    except StateError as exc:
+        return Refused(status.HTTP_409_CONFLICT, [_output_problem(exc, "output_unfinished_job")])
+    except OutputError as exc:
+        return Refused(status.HTTP_409_CONFLICT, [_output_problem(exc, "output_not_usable")])
+    except OSError as exc:  # a folder on the way that cannot be read
+        return Refused(status.HTTP_409_CONFLICT, [Problem(
+            ("output", "path"), f"cannot read {out_path}: {exc.strerror or exc}", "output_not_usable")])
+    return None
+
+
+def _output_problem(exc: OutputError | StateError, kind: str) -> Problem:
+    """The engine's one line (``output.path: ...``) as a problem at ``output.path``."""
+    return Problem(("output", "path"), str(exc).removeprefix("output.path: "), kind)
 
 
 def cpu_problems(spec: JobSpec, cap: int | None) -> list[Problem]:

@@ -105,11 +105,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     # lazy: numpy, tokenizers and pyarrow (0.2 s), not for --help or the other commands
-    from pipeline.output.inspect import Decoder, decode_documents, iter_samples, split_documents, verify_shards
+    from pipeline.output.inspect import (
+        Decoder,
+        decode_documents,
+        documents_index_name,
+        iter_samples,
+        split_documents,
+        verify_shards,
+    )
     from pipeline.shard_format import Manifest
 
     out = Path(args.output)
-    if not (out / "manifest.json").exists() and (out / "documents" / "index.json").exists():
+    if not (out / "manifest.json").exists() and documents_index_name(out) is not None:
         return _inspect_documents(out, args)
     try:
         manifest = Manifest.load(out)
@@ -180,12 +187,23 @@ def cmd_delegate(module: str, argv: list[str]) -> int:
     return importlib.import_module(module).main(argv)
 
 
+def version() -> str:
+    """The installed package's version (its metadata), ``unknown`` when run from a tree that is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tokenmill")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokenmill", description="Curate, tokenize and pack corpora into shards.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"tokenmill {version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of (each has its own -h):")
 
     r = sub.add_parser("run", help="run a job spec (YAML or JSON)")
-    r.add_argument("spec")
+    r.add_argument("spec", help="the job spec file, YAML or JSON (relative paths in it are relative to its folder)")
     r.add_argument("--parallelism", type=int, help="workers per stage (overrides the spec)")
     r.add_argument("--address", help="Ray address of an existing cluster (overrides the spec)")
     r.add_argument("--overwrite", action="store_true", help="replace an existing shard set")
@@ -200,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     i = sub.add_parser("inspect", help="summarize a shard set, verify checksums, decode samples")
-    i.add_argument("output")
+    i.add_argument("output", help="a job's output folder (a shard set, or a documents-only output)")
     i.add_argument("--decode", type=int, default=0, metavar="N", help="decode the first N samples to text")
     i.add_argument("--full", action="store_true", help="print decoded documents whole")
     i.add_argument("--no-verify", action="store_true")

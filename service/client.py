@@ -12,6 +12,7 @@ the server refused (4xx: a bad spec, a path outside the roots, a missing key), 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 import uvicorn
 from pydantic import ValidationError
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from pipeline.job import events as ev
 from pipeline.problems import SpecError, problems_of
@@ -31,6 +33,10 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 #: seconds a request may take (a submit runs the spec's file checks on the server)
 TIMEOUT_S = 60.0
+#: seconds ``tokenmill serve --workers N`` waits for a first worker to start before it stops watching for one
+READY_S = 120.0
+#: what every command taking a job's id says of it
+JOB_ID_HELP = "the job's id, as `tokenmill submit` printed it"
 #: seconds between reconnections of ``follow`` after the stream broke (the server restarting)
 RECONNECT_S = 1.0
 
@@ -110,16 +116,68 @@ def main_serve(argv: list[str]) -> int:
     common: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
                               "timeout_graceful_shutdown": 5, **uvicorn_options(settings)}
     if args.workers == 1:
-        uvicorn.run(create_app(settings), **common)
-    else:  # worker processes import the app: they get the settings through the environment
-        os.environ[SETTINGS_ENV] = settings.model_dump_json()
-        uvicorn.run("service.api.app:app_from_env", factory=True, workers=args.workers, **common)
+        server = _ReadyServer(uvicorn.Config(create_app(settings), **common))
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the SIGINT it caught again once it stopped
+            server.run()
+        return EXIT_OK if server.started else EXIT_FAILURE  # not started: the lifespan or the bind failed (logged)
+    # worker processes import the app: they get the settings through the environment
+    os.environ[SETTINGS_ENV] = settings.model_dump_json()
+    config = uvicorn.Config("service.api.app:app_from_env", factory=True, workers=args.workers, **common)
+    sock = config.bind_socket()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            _ReadyWorkers(config, sockets=[sock]).run()
+    finally:
+        sock.close()
     return EXIT_OK
 
 
-def _db_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--database-url", help="SQLAlchemy URL ($TOKENMILL_DATABASE_URL; default a SQLite file)")
-    p.add_argument("--database-schema", help="PostgreSQL schema for the tables ($TOKENMILL_DATABASE_SCHEMA)")
+def _ready(host: str, port: int) -> None:
+    """The one stdout line saying the server accepts requests (what a script starting it waits for)."""
+    print(f"ready on http://{f'[{host}]' if ':' in host else host}:{port}", flush=True)
+
+
+class _ReadyServer(uvicorn.Server):
+    """uvicorn's server, saying :func:`_ready` once its startup is complete: the lifespan ran (the database is
+    migrated, the job runner started) and the socket listens. ``--port 0``: the port the OS gave."""
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and not self.should_exit:
+            _ready(self.config.host, self.servers[0].sockets[0].getsockname()[1])
+
+
+class _ReadyWorkers(Multiprocess):
+    """uvicorn's ``--workers`` supervisor, saying :func:`_ready` once a worker reports its server started
+    (uvicorn's readiness pipe to each worker), waiting at most :data:`READY_S` or until a signal arrives."""
+
+    def init_processes(self) -> None:
+        super().init_processes()
+        deadline = time.monotonic() + READY_S
+        while not self.signal_queue and time.monotonic() < deadline:
+            if any(p.is_ready(timeout=0.5) for p in self.processes if p.process.is_alive()):
+                _ready(self.config.host, self.sockets[0].getsockname()[1])
+                return
+            if not any(p.process.is_alive() for p in self.processes):
+                return  # every worker failed its startup (logged); uvicorn's supervisor takes it from here
+            time.sleep(0.1)
+
+
+def _db_args(p: argparse.ArgumentParser, after: bool = False) -> None:
+    """The database options; ``after``: on an action's parser, where an option not given leaves the value the
+    main parser read (argparse's ``SUPPRESS`` default sets nothing), so it may come before or after the action."""
+    default: Any = argparse.SUPPRESS if after else None
+    p.add_argument("--database-url", default=default,
+                   help="SQLAlchemy URL ($TOKENMILL_DATABASE_URL; default a SQLite file)")
+    p.add_argument("--database-schema", default=default,
+                   help="PostgreSQL schema for the tables ($TOKENMILL_DATABASE_SCHEMA)")
+
+
+def _store_args(p: argparse.ArgumentParser, after: bool = False) -> None:
+    """``--state-dir`` and the database options (see :func:`_db_args` for ``after``)."""
+    p.add_argument("--state-dir", default=argparse.SUPPRESS if after else None,
+                   help="the service's state folder, whose SQLite file holds the keys ($TOKENMILL_STATE_DIR)")
+    _db_args(p, after)
 
 
 def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -138,15 +196,18 @@ def _settings(args: argparse.Namespace, **overrides: Any) -> Any:
 
 def main_apikey(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tokenmill apikey", description="Create, list and revoke API keys "
-                                "(in the service's database; a key is shown once, at creation).")
-    p.add_argument("--state-dir")
-    _db_args(p)
-    sub = p.add_subparsers(dest="action", required=True)
-    c = sub.add_parser("create")
+                                "(in the service's database; a key is shown once, at creation). The database "
+                                "options go before or after the action.")
+    _store_args(p)
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION",
+                           help="create (prints the new key), list, or revoke a key")
+    c = sub.add_parser("create", help="make a key and print it (shown only now)")
     c.add_argument("--name", required=True, help="who or what uses it")
-    sub.add_parser("list")
-    r = sub.add_parser("revoke")
-    r.add_argument("key_id")
+    lst = sub.add_parser("list", help="every key: id, state, last use, name")
+    r = sub.add_parser("revoke", help="stop a key working (a server notices within $TOKENMILL_AUTH_CACHE_S)")
+    r.add_argument("key_id", help="the key's id, as `tokenmill apikey list` shows it")
+    for action in (c, lst, r):  # after the action too: `apikey create --state-dir svc --name me`
+        _store_args(action, after=True)
     args = p.parse_args(argv)
 
     # lazy: sqlalchemy and the store's models (0.3 s), only for apikey
@@ -252,7 +313,8 @@ def _run(fn: Any) -> int:
 def main_submit(argv: list[str]) -> int:
     p = _http_parser("submit", "Submit a job spec (YAML or JSON; relative paths resolve against its folder). "
                                "Prints the job's id.")
-    p.add_argument("spec")
+    p.add_argument("spec", help="the job spec file, YAML or JSON; its paths are sent absolute, relative ones "
+                                "resolved against its folder (URIs such as s3://... as they are)")
     p.add_argument("--idempotency-key", help="submitting again with this key returns the same job")
     p.add_argument("--follow", action="store_true", help="then follow it to the end (as `tokenmill follow`)")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
@@ -276,7 +338,8 @@ def main_submit(argv: list[str]) -> int:
 
 def main_status(argv: list[str]) -> int:
     p = _http_parser("status", "A job's state and figures; without a job id, the latest jobs.")
-    p.add_argument("job_id", nargs="?")
+    p.add_argument("job_id", nargs="?", help="the job's id, as `tokenmill submit` printed it (default: the "
+                                             "latest jobs)")
     p.add_argument("--state", action="append", default=[], help="only jobs in this state (repeat)")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true")
@@ -327,7 +390,7 @@ def _describe(job: dict[str, Any]) -> str:
 
 def main_cancel(argv: list[str]) -> int:
     p = _http_parser("cancel", "Cancel a job (a running one stops within seconds; nothing is published).")
-    p.add_argument("job_id")
+    p.add_argument("job_id", help=JOB_ID_HELP)
     args = p.parse_args(argv)
     return _run(lambda: _print_state(Api(args.server, args.api_key).request(
         "POST", f"/v1/jobs/{args.job_id}/cancel").json()))
@@ -335,7 +398,7 @@ def main_cancel(argv: list[str]) -> int:
 
 def main_retry(argv: list[str]) -> int:
     p = _http_parser("retry", "Queue a FAILED or CANCELLED job again; it resumes where it stopped.")
-    p.add_argument("job_id")
+    p.add_argument("job_id", help=JOB_ID_HELP)
     p.add_argument("--follow", action="store_true")
     args = p.parse_args(argv)
 
@@ -354,7 +417,7 @@ def _print_state(job: dict[str, Any]) -> int:
 
 def main_logs(argv: list[str]) -> int:
     p = _http_parser("logs", "A job process's log (its output and Ray's).")
-    p.add_argument("job_id")
+    p.add_argument("job_id", help=JOB_ID_HELP)
     p.add_argument("--attempt", type=int, help="default: the latest")
     p.add_argument("--tail-bytes", type=int)
     args = p.parse_args(argv)
@@ -371,7 +434,7 @@ def main_logs(argv: list[str]) -> int:
 
 def main_follow(argv: list[str]) -> int:
     p = _http_parser("follow", "Follow a job's events to its end; exits with its outcome.")
-    p.add_argument("job_id")
+    p.add_argument("job_id", help=JOB_ID_HELP)
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     return _run(lambda: _follow(Api(args.server, args.api_key), args.job_id, args.verbose))

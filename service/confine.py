@@ -92,6 +92,11 @@ def problems(spec: Any, roots: Roots, expand: bool = True) -> list[PathProblem]:
     return found
 
 
+def readable(raw: Any, roots: Roots) -> bool:
+    """True when ``raw`` is a path a job may read (every file it matches now included)."""
+    return isinstance(raw, str) and bool(raw) and not _check_read(("path",), raw, roots, expand=True)
+
+
 def _real(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(os.fspath(path)))
 

@@ -4,11 +4,12 @@ Two renderers share one model (:class:`JobView`: the job's :class:`pipeline.job.
 the control plane shows too, plus a rate window per phase; fed only by events, so every rate and ETA comes
 from event timestamps and can be tested without a clock or Ray):
 
-- :class:`LiveRenderer`, on a terminal: a `rich <https://rich.readthedocs.io>`_ Live display with one
-  row per phase (bar, count, rate, ETA or elapsed), the stage funnel (documents out of each stage) and
-  the shards written with their tokens/s;
-- :class:`PlainRenderer`, everywhere else (CI, pipes, tests): ``[tokenmill] ...`` lines, phase start and
-  finish, progress at most every ``every`` seconds per phase, one line per shard, warnings on stderr;
+- :class:`LiveRenderer`, on a terminal: a `rich <https://rich.readthedocs.io>`_ Live display with a row
+  for Ray while it starts, one row per phase (bar, count, rate, ETA or elapsed), the stage funnel (documents
+  out of each stage) and the shards written with their tokens/s;
+- :class:`PlainRenderer`, everywhere else (CI, pipes, tests): ``[tokenmill] ...`` lines, Ray's start
+  (``starting Ray (local, 2 CPUs)``, ``Ray ready in 4.1 s``), phase start and finish, progress at most every
+  ``every`` seconds per phase, one line per shard, warnings on stderr;
   never an escape code.
 """
 
@@ -31,6 +32,7 @@ from rich.text import Text
 
 from pipeline.job import events as ev
 from pipeline.job.fold import JobSummary, ProgressFigures
+from pipeline.job.summary import ray_started_text, ray_starting_text
 
 PREFIX = "[tokenmill]"
 #: seconds of recent progress a rate is measured over (older progress says little about the ETA)
@@ -264,6 +266,10 @@ class PlainRenderer:
     def lines(self, event: ev.Event) -> list[tuple[TextIO, str]]:
         """The lines ``event`` calls for (after it has been applied to the view)."""
         v, out = self.view, self.out
+        if isinstance(event, ev.RayStarting):
+            return [(out, ray_starting_text(event))]
+        if isinstance(event, ev.RayStarted):
+            return [(out, ray_started_text(event))]
         if isinstance(event, ev.JobStarted):
             lines = [(out, f"job {event.job}: {event.parallelism} worker(s), output {event.output}")]
             if event.resumed_phases:
@@ -327,6 +333,9 @@ class LiveRenderer:
             self.console.print(f"[yellow]{event.level}:[/] {event.message}", markup=True, highlight=False)
         elif isinstance(event, ev.LogLine):
             self.console.print(event.message, markup=False, highlight=False)
+        elif isinstance(event, ev.RayStarting | ev.RayStarted):
+            text = ray_starting_text(event) if isinstance(event, ev.RayStarting) else ray_started_text(event)
+            self.console.print(text, markup=False, highlight=False)
         elif isinstance(event, ev.JobStarted):
             note = f", resuming ({', '.join(event.resumed_phases)} done)" if event.resumed_phases else ""
             self.console.print(f"job {event.job}: {event.parallelism} worker(s), output {event.output}{note}",
@@ -343,6 +352,10 @@ class LiveRenderer:
         grid.add_column(width=30)
         grid.add_column()
         with v.lock:
+            ray = v.summary.ray
+            if ray is not None and ray.state == "starting" and ray.started_ts is not None:  # until Ray is up
+                grid.add_row(Text("ray", style="bold"), ProgressBar(total=None, width=30, pulse=True),
+                             Text(f"starting, {fmt_duration(max(0.0, now - ray.started_ts))} elapsed"))
             for name, ph in v.phases.items():
                 if ph.state == "pending":
                     grid.add_row(Text(name, style="dim"), "", Text("waiting", style="dim"))

@@ -163,7 +163,7 @@ def test_dashboard_shows_jobs_funnels_and_live_progress(browser, server, tmp_pat
     browser.find_element("id", "key").send_keys(token)
     browser.find_element("css selector", "#key-form button").click()
     _wait(browser, "three jobs listed", lambda d: len(_rows(d, "jobs")) == 3)
-    listed = {row[0]: row[1] for row in _rows(browser, "jobs")}
+    listed = {row[0]: row[2] for row in _rows(browser, "jobs")}  # name, short id, state, created
     assert listed == {"reference-run": "SUCCEEDED", "live-run": "RUNNING",
                       '<img src=x onerror="document.title=1">': "QUEUED"}  # the HTML name is text
     assert browser.find_elements("css selector", "#jobs img") == [] and browser.title == "tokenmill"
@@ -178,7 +178,12 @@ def test_dashboard_shows_jobs_funnels_and_live_progress(browser, server, tmp_pat
     assert browser.find_element("css selector", "#throughput .docs-lane").get_attribute("data-points") == "2"
     assert len(browser.find_elements("css selector", "#throughput path.docs")) == 1
     assert browser.find_element("id", "job-title").text == "reference-run"
-    assert "SUCCEEDED" in browser.find_element("id", "job-meta").text
+    meta = browser.find_element("id", "job-meta").text
+    assert "SUCCEEDED" in meta and "tokens/s (write-phase average)" in meta and "whole-job average" in meta
+    # the chart's peaks are rates between shard writes; its dashed line is the header's write-phase average
+    average = browser.find_element("css selector", "#throughput .tokens-lane line.average")
+    assert float(average.get_attribute("data-average")) > 0
+    assert "between shard writes" in browser.find_element("css selector", "#throughput .tokens-lane").text
     drops = _rows(browser, "drops")
     assert drops == [["length", "length:too_short", "70"], ["exact_dedup", "exact_duplicate", "50"]]
     n = len(SHARD_TOKENS)
@@ -192,13 +197,14 @@ def test_dashboard_shows_jobs_funnels_and_live_progress(browser, server, tmp_pat
     # a running job: its funnel and shards follow new events without a reload
     _open_job(browser, live)
     _wait(browser, "the running job's funnel", lambda d: _funnel(d) == expected)
-    assert browser.find_element("id", "shards-text").text == "1 of ? shards written"
+    assert browser.find_element("id", "shards-text").text.startswith("1 written so far")
+    assert browser.find_element("id", "job-activity").text.startswith("writing shards")
     add_events(db, live, [{"type": "stage_counters", "ts": t0 + 8, "stages": stage_counters(2.0)},
                           {"type": "shard_written", "ts": t0 + 9, "name": "shards/shard-000001.tar",
                            "sha256": "1" * 64, "samples": 16, "tokens": 10, "writer": "h:1"}])
     doubled = {name: (2 * a, 2 * b) for name, (a, b) in expected.items()}
     _wait(browser, "the funnel to move", lambda d: _funnel(d) == doubled)
-    _wait(browser, "the new shard", lambda d: d.find_element("id", "shards-text").text == "2 of ? shards written")
+    _wait(browser, "the new shard", lambda d: d.find_element("id", "shards-text").text.startswith("2 written so far"))
     assert browser.find_element("id", "job-panel").get_attribute("data-state") == "RUNNING"
 
 

@@ -23,7 +23,7 @@ def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "demo", "--output", str(out), "--max-bytes", "3000000"],
+        [sys.executable, "-m", "service.cli", "demo", "--output", str(out), "--max-bytes", "6000000"],
         capture_output=True, text=True, timeout=600, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -60,7 +60,7 @@ def test_best_fit_beats_concat_on_the_demo_corpus(demo):
     enc = DocEncoder(tok, TokenizerInfo.resolve(tok, TokenizerSpec()))
     docs = [(str(i), ids, None) for i, (ids, _) in enumerate(enc.encode(texts, [""] * len(texts)))]
     # seq_len 2048, the contract (issue 8: >= 99 % at 2048 on the demo corpus). The corpus is built from the installed
-    # packages' text and this fixture's is small (~600 docs), so 1024 sat at the edge (0.988 once packages changed)
+    # packages' text: at 3 MB (~600 docs) 2048 fell to 0.988 once the test extra grew; at 6 MB (~1,260) 0.995
     _, best = pack_all(docs, "best_fit", 2048)
     _, concat = pack_all(docs, "concat", 2048)
     assert best.utilization >= 0.99, best.as_dict()

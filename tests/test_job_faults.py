@@ -65,7 +65,7 @@ def _run_cli(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str
 
 def _failure(tmp_path: Path) -> dict:
     events = [json.loads(line) for line in (tmp_path / "out" / ".tokenmill" / "events.jsonl").read_text().splitlines()]
-    assert [e["type"] for e in events] == ["job_failed"]  # before any phase: Ray never came up
+    assert [e["type"] for e in events] == ["ray_starting", "job_failed"]  # before any phase: Ray never came up
     return events[-1]
 
 

@@ -62,7 +62,7 @@ AFTER_FIRST = {
     "stages": STAGES, "shards": {"written": 1, "reused": 0, "total": None}, "samples": 8, "tokens": 1000,
     "documents": None, "throughput": {"docs_per_s": 250.0, "tokens_per_s": 500.0},
     "seconds": {"curate": 4.0, "tokenizer": 1.0}, "resumed_phases": [], "parallelism": 2, "new_tokens": 1000,
-    "writers": ["h:1"], "series": {"docs": [[2.0, 500]], "tokens": [[7.0, 1000]]}, "finished": False,
+    "writers": ["h:1"], "series": {"docs": [[2.0, 500]], "tokens": [[7.0, 1000]]}, "finished": False, "ray": None,
     "error": {"category": "infra", "message": "worker lost", "phase": "write"},
 }
 AFTER_SECOND = {
@@ -75,7 +75,7 @@ AFTER_SECOND = {
     "documents": 450, "throughput": {"docs_per_s": None, "tokens_per_s": 600.0},  # new tokens / write seconds
     "seconds": {"curate": 4.0, "tokenizer": 1.0, "write": 2.5, "finalize": 0.5, "total": 3.0},
     "resumed_phases": ["curate", "tokenizer"], "parallelism": 2, "new_tokens": 1200, "writers": ["h:1", "h:2"],
-    "series": {"docs": [], "tokens": [[2.0, 1200]]}, "finished": True,
+    "series": {"docs": [], "tokens": [[2.0, 1200]]}, "finished": True, "ray": None,
 }
 
 

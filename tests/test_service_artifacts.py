@@ -311,17 +311,23 @@ def test_two_rank_torchrun_trains_streaming_from_the_service_with_an_api_key(ser
 
 def test_documents_only_and_split_by_outputs_serve_their_own_layouts(service):
     url, app, token, root = service
-    docs = root / "out" / "docs-only"
     part = b'{"id": "a", "text": "hello"}\n'
-    (docs / "documents").mkdir(parents=True)
-    (docs / "documents" / "part-000000.jsonl").write_bytes(part)
     sha = hashlib.sha256(part).hexdigest()
-    (docs / "documents" / "index.json").write_text(json.dumps({"documents": "jsonl", "rows": 1, "parts": [
-        {"name": "documents/part-000000.jsonl", "rows": 1, "bytes": len(part), "sha256": sha}]}))
-    (docs / "stats.json").write_text("{}")
-    (docs / ".tokenmill").mkdir()
-    (docs / ".tokenmill" / "marker.json").write_text(json.dumps({"tool": "tokenmill", "format": 1, "created": "x",
-        "files": ["stats.json", "documents/index.json", "documents/part-000000.jsonl"]}))
+
+    def documents_output(name: str, index: str) -> Path:
+        """A documents-only output whose index is ``index`` (``documents.json``; ``documents/index.json`` before
+        issue 22)."""
+        docs = root / "out" / name
+        (docs / "documents").mkdir(parents=True)
+        (docs / "documents" / "part-000000.jsonl").write_bytes(part)
+        (docs / index).write_text(json.dumps({"documents": "jsonl", "rows": 1, "parts": [
+            {"name": "documents/part-000000.jsonl", "rows": 1, "bytes": len(part), "sha256": sha}]}))
+        (docs / "stats.json").write_text("{}")
+        (docs / ".tokenmill").mkdir()
+        (docs / ".tokenmill" / "marker.json").write_text(json.dumps({"tool": "tokenmill", "format": 1, "created": "x",
+            "files": ["stats.json", index, "documents/part-000000.jsonl"]}))
+        return docs
+
     split = root / "out" / "split"
     de = publish_output(split / "de", seed=5)
     (split / "de" / ".tokenmill").rename(split / "de-marker")  # one marker, at the output's top
@@ -330,11 +336,13 @@ def test_documents_only_and_split_by_outputs_serve_their_own_layouts(service):
     (split / ".tokenmill" / "marker.json").write_text(json.dumps(
         {"tool": "tokenmill", "format": 1, "created": "x", "files": files}))
     with _client(url, token) as c:
-        docs_id = finished_job(app.state.db, docs)
-        listing = {f["name"]: f["sha256"] for f in c.get(f"/v1/jobs/{docs_id}/artifacts").json()["files"]}
-        assert set(listing) == {"stats.json", "documents/index.json", "documents/part-000000.jsonl"}
-        r = c.get(f"/v1/jobs/{docs_id}/artifacts/documents/part-000000.jsonl")
-        assert r.content == part and r.headers["etag"] == f'"{sha}"'
+        for name, index in (("docs-only", "documents.json"), ("docs-old", "documents/index.json")):
+            docs_id = finished_job(app.state.db, documents_output(name, index))
+            listing = {f["name"]: f["sha256"] for f in c.get(f"/v1/jobs/{docs_id}/artifacts").json()["files"]}
+            assert set(listing) == {"stats.json", index, "documents/part-000000.jsonl"}
+            r = c.get(f"/v1/jobs/{docs_id}/artifacts/documents/part-000000.jsonl")
+            assert r.content == part and r.headers["etag"] == f'"{sha}"'
+            assert c.get(f"/v1/jobs/{docs_id}/artifacts/{index}").status_code == 200
         split_id = finished_job(app.state.db, split)
         listing = {f["name"] for f in c.get(f"/v1/jobs/{split_id}/artifacts").json()["files"]}
         assert listing == set(files)

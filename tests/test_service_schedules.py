@@ -363,13 +363,14 @@ def test_runs_read_only_new_files_publish_versions_and_leave_failures_to_the_nex
     assert listed["items"][0]["samples"] == 40 and listed["items"][0]["shards"] == 5
 
     os.utime(root / "in" / "a.jsonl")  # touched, same bytes
+    write_jsonl(root / "in" / "c.jsonl.next", _docs("c", 5, 2))  # a copy in progress: starts no run
     runs = at(2)
     assert runs[0]["state"] == "unchanged" and runs[0]["inputs"]["unchanged"] == 2 and runs[0]["job_id"] is None
 
-    write_jsonl(root / "in" / "c.jsonl", _docs("c", 5, 2))
+    (root / "in" / "c.jsonl.next").rename(root / "in" / "c.jsonl")  # the copy is done
     run = at(3)[0]
     assert run["state"] == "running" and run["inputs"] == {"new": [str(root / "in" / "c.jsonl")], "changed": [],
-                                                           "unchanged": 2}
+                                                           "unchanged": 2, "skipped": 0}
     spec = client.get(f"/v1/jobs/{run['job_id']}", headers=headers).json()["spec"]
     assert [i["path"] for i in spec["inputs"]] == [str(root / "in" / "[c].jsonl")]
     assert spec["stages"][0]["params"]["dedup_against"] == [str(out / "v000001")]
@@ -549,7 +550,8 @@ def test_a_schedule_fires_twice_and_version_1_stays_readable_while_version_2_pub
             clock.now = slots[1]
             run2 = settle()
             assert run2["state"] == "succeeded" and run2["version"] == 2
-            assert run2["inputs"] == {"new": [str(root / "in" / "c.jsonl")], "changed": [], "unchanged": 2}
+            assert run2["inputs"] == {"new": [str(root / "in" / "c.jsonl")], "changed": [], "unchanged": 2,
+                                      "skipped": 0}
             job2 = client.get(f"/v1/jobs/{run2['job_id']}").json()
             stages = {st["stage"].split("-", 1)[-1]: st for st in job2["stages"]}
             assert stages["exact_dedup"]["docs_in"] == 80  # only c.jsonl was read

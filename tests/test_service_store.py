@@ -87,7 +87,7 @@ def test_migration_is_idempotent_and_at_head(database):
         tables = set(inspect(conn).get_table_names())
         version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
     assert {"jobs", "job_attempts", "job_events", "api_keys", "alembic_version"} <= tables
-    assert version == "0002"
+    assert version == "0003"
 
 
 def test_the_models_agree_with_the_migrations(database):

@@ -69,23 +69,25 @@ def test_missing_inputs_field(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "over, field",
+    "over, field, value",
     [
-        ({"stages": [{"type": "no_such_stage"}]}, "stages.0.type"),
-        ({"packing": {"seq_len": -1}}, "packing.seq_len"),
-        ({"inputs": [{"path": "missing/*.jsonl"}]}, "inputs.0.path"),
+        ({"stages": [{"type": "no_such_stage"}]}, "stages.0.type", "no_such_stage"),
+        ({"packing": {"seq_len": -1}}, "packing.seq_len", "seq_len: -1"),
+        ({"inputs": [{"path": "missing/*.jsonl"}]}, "inputs.0.path", "missing/*.jsonl"),
     ],
 )
-def test_cli_refuses_invalid_spec_with_exit_2(tmp_path, over, field):
+def test_cli_refuses_invalid_spec_with_exit_2(tmp_path, over, field, value):
+    """One line, naming the field and the YAML line its value is on."""
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(_spec(tmp_path, **over)))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if value in text)
     proc = subprocess.run(
         [sys.executable, "-m", "service.cli", "run", str(path)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field} (line {line}):"), proc.stderr
 
 
 def test_cli_reports_unreadable_yaml(tmp_path):
@@ -94,7 +96,8 @@ def test_cli_reports_unreadable_yaml(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "service.cli", "run", str(path)], capture_output=True, text=True, timeout=120
     )
-    assert proc.returncode == 2 and "not valid YAML" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: {path}:2:1: "), proc.stderr  # where the parser stopped: the end
 
 
 def test_missing_tokenizer_file_is_refused_before_work(tmp_path):
@@ -116,8 +119,8 @@ def test_relative_dedup_against_resolves_against_the_spec_folder(tmp_path, monke
     (folder / "s.yaml").write_text(yaml.safe_dump(_spec(folder, stages=stages)))
     spec = load_spec(folder / "s.yaml")
     base = folder.resolve()
-    assert spec.stage_params(0).dedup_against == str(base / "../earlier")
-    assert spec.stage_params(1).dedup_against == [str(base / "../earlier"), "/abs/out", ""]
+    assert spec.stage_params(0).dedup_against == str(base.parent / "earlier")  # normalised: no ".." left
+    assert spec.stage_params(1).dedup_against == [str(base.parent / "earlier"), "/abs/out", ""]
     assert spec.stage_params(2).dedup_against == "" and spec.stage_params(3).dedup_against is None
     in_code = parse_spec(_spec(folder, stages=stages))
     assert in_code.stage_params(0).dedup_against == "../earlier"
@@ -147,8 +150,8 @@ def test_wrong_relative_dedup_against_is_refused_naming_field_and_resolved_path(
     (folder / "s.yaml").write_text(yaml.safe_dump(_spec(folder, stages=stages)))
     with pytest.raises(SpecError) as err:
         load_checked(folder / "s.yaml")
-    assert str(err.value).startswith("stages.0.params.dedup_against:"), str(err.value)
-    assert repr(str(folder.resolve() / "../no_such_out")) in str(err.value)
+    assert str(err.value).startswith("stages.0.params.dedup_against (line "), str(err.value)
+    assert repr(str(folder.resolve().parent / "no_such_out")) in str(err.value)  # resolved, no ".." left
     assert len(str(err.value).splitlines()) == 1
 
 
@@ -204,10 +207,11 @@ def test_each_problem_is_a_problem_at_its_field_and_none_is_a_parsed_string(tmp_
                         {"type": "near_dedup", "params": {"bands": 4}},
                         {"type": "pii", "params": {"entities": ["NOPE"]}}])
     with pytest.raises(SpecError) as err:
-        checked(bad)  # the schema first: every field's problem at once, the files not yet
+        checked(bad)  # one round: every field's schema problem, and the file checks of the parts that are valid
     found = {p.loc: p for p in err.value.problems}
     assert set(found) == {("stages", 0, "params", "min_chars"), ("stages", 1, "params"),
-                          ("stages", 2, "params", "entities"), ("packing", "seq_len")}
+                          ("stages", 2, "params", "entities"), ("packing", "seq_len"), ("inputs", 0, "path")}
+    assert found[("inputs", 0, "path")].kind == NO_MATCH
     assert found[("stages", 1, "params")].msg == "give both bands and rows, or neither"
     assert found[("stages", 2, "params", "entities")].msg.startswith("unknown ['NOPE']")
     assert str(err.value).splitlines() == [str(p) for p in err.value.problems]

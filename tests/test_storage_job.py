@@ -62,7 +62,7 @@ def test_a_job_on_s3_matches_the_local_run_and_feeds_dedup_and_the_loader(s3_end
                             tokenizer=None, output={"path": f"{bucket}/v2", "documents": "jsonl"}))
     dedup = next(s for s in refresh.stats["stages"] if s["stage"].endswith("exact_dedup"))
     assert dedup["docs_out"] == 30 and sum(dedup["dropped"].values()) == 200
-    index = json.loads(storage.read_text(f"{bucket}/v2/documents/index.json"))
+    index = json.loads(storage.read_text(f"{bucket}/v2/documents.json"))
     assert index["rows"] == 30
 
     # the trainer's loader reads the same batches from the bucket as from the disk

@@ -22,7 +22,7 @@ from pathlib import Path
 from pipeline.decontam.index import BenchmarkIndex, benchmark_files, index_files
 from pipeline.decontam.match import Match, Matcher
 from pipeline.decontam.stage import DecontaminateParams
-from pipeline.output.inspect import DOCUMENTS_INDEX, decode_documents, iter_documents, load_documents_index
+from pipeline.output.inspect import decode_documents, documents_index_name, iter_documents, load_documents_index
 from pipeline.readers import expand_inputs, read_file
 from pipeline.spec import InputSpec
 
@@ -41,7 +41,7 @@ class InputError(ValueError):
 # ---- documents of a corpus -------------------------------------------------------------------------------
 
 def is_output_folder(path: Path) -> bool:
-    return path.is_dir() and ((path / "manifest.json").is_file() or (path / "documents" / "index.json").is_file())
+    return path.is_dir() and ((path / "manifest.json").is_file() or documents_index_name(path) is not None)
 
 
 def iter_corpus(paths: list[str], source: str, text_field: str, id_field: str, bad: Counter
@@ -68,7 +68,7 @@ def _files(path: str, text_field: str, id_field: str, bad: Counter) -> Iterator[
 
 
 def _output_documents(out: Path, source: str) -> Iterator[tuple[str, str]]:
-    has_docs = (out / DOCUMENTS_INDEX).is_file()
+    has_docs = documents_index_name(out) is not None
     if source == "documents" or (source == "auto" and has_docs):
         if not has_docs:
             raise InputError(f"{out}: no documents/ output (the job ran with output.documents: null)")

@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.documents import Drop
 from pipeline.filters.annotations import failures, stored_verdicts
-from pipeline.output.inspect import iter_documents, load_documents_index
+from pipeline.output.inspect import documents_index_name, iter_documents, load_documents_index
 from pipeline.readers import expand_inputs, read_file
 from pipeline.spec import InputSpec
 
@@ -106,13 +106,13 @@ def _snippet(text: str, n: int = 160) -> str:
 
 def iter_source(source: str) -> Iterator[dict[str, Any]]:
     """Documents of an output folder (its ``documents/`` index, checksummed parts) or of Parquet/JSONL files."""
-    if os.path.isdir(source) and os.path.exists(os.path.join(source, "documents", "index.json")):
+    if os.path.isdir(source) and documents_index_name(source) is not None:
         yield from iter_documents(source, load_documents_index(source))
         return
     spec = InputSpec(path=source, format="documents")
     files = expand_inputs([spec])
     if not files:
-        raise FileNotFoundError(f"{source}: no documents output (documents/index.json) and no files match")
+        raise FileNotFoundError(f"{source}: no documents output (documents.json) and no files match")
     for i, input_spec, path in files:
         for item in read_file(i, path, input_spec):
             if not isinstance(item, Drop):

@@ -43,16 +43,15 @@ R = TypeVar("R")
 
 @dataclass
 class JobResult:
-    #: the output folder (a Path for a local one, the URI of an object-store one)
-    output_dir: Path | str
+    output_dir: Path | str  #: the output folder (a Path for a local one, the URI of an object-store one)
     manifest: Manifest | None
-    #: ``stats.json`` as written
-    stats: JsonObject = field(default_factory=dict)
+    stats: JsonObject = field(default_factory=dict)  #: ``stats.json`` as written
 
 
 class Job:
     """Run one spec. ``on_event`` gets every event (from the calling thread, and from one progress
-    thread while curation runs); ``cancel()`` may be called from any thread or a signal handler."""
+    thread while curation runs); ``cancel()`` may be called from any thread or a signal handler. ``log_path``:
+    the job's log, tokenmill's lines (default ``OUT/.tokenmill/job.log``); Ray's output goes to ``ray.log`` by it."""
 
     def __init__(self, spec: JobSpec, on_event: EventSink | None = None, log_path: str | None = None):
         self.spec = spec
@@ -95,13 +94,14 @@ class Job:
 
     def _run_locked(self) -> JobResult:
         # lazy: Ray and Ray Data (~1 s), not for `import pipeline.job.engine`; a signal meanwhile is a cancel
-        from pipeline.job import curate, finalize, tasks, tokenizer, write
+        from pipeline.job import curate, finalize, summary, tasks, tokenizer, write
 
         spec, t_start = self.spec, time.perf_counter()
         state = self._state = self._open_state()
         self._events_log = JsonlLog(storage.join(str(self.out.private), EVENTS))
-        started_ray = tasks.start_ray(spec, self._log_path or tasks.local_log_path(str(self.out.path),
-                                                                                    str(self.out.private)))
+        job_log, ray_log = tasks.log_paths(str(self.out.path), str(self.out.private), self._log_path)
+        self._sinks.append(summary.JobLog(job_log))  # tokenmill's lines; Ray's output goes to ray_log
+        started_ray = tasks.start_ray(spec, ray_log, self._emit)
         ray_tasks = tasks.RayTasks(lambda: self.phase)
         try:
             par = tasks.parallelism(spec.execution.parallelism)

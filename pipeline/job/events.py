@@ -42,6 +42,30 @@ class Event(_EventBase):
     ts: float = field(default_factory=time.time, kw_only=True)
 
 
+class RayStarting(Event, type="ray_starting"):
+    """The job starts its Ray (a local node takes seconds) or joins a cluster: the wait before ``job_started``."""
+
+    #: ``local`` for a new local node, else the cluster's address (the spec's or RAY_ADDRESS, or the Ray this
+    #: process already runs)
+    address: str
+    #: CPUs asked of a local node (None: every CPU of the machine, or a cluster's own)
+    num_cpus: int | None = None
+
+
+class RayStarted(Event, type="ray_started"):
+    """Ray is up: how long it took and what it offers."""
+
+    seconds: float
+    #: CPUs Ray reports (the whole cluster's)
+    cpus: int
+    #: its GCS address
+    address: str
+    #: the dashboard's URL when it runs one (a local node does not)
+    dashboard: str | None = None
+    #: True when this job started it (and stops it at the end), False when it joined a running one
+    own: bool = True
+
+
 class JobStarted(Event, type="job_started"):
     job: str
     #: :meth:`pipeline.spec.JobSpec.content_hash` of the spec it runs
@@ -131,8 +155,8 @@ class StateChanged(Event, type="state"):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (JobStarted, PhaseChanged, PhaseProgress, StageCounters, ShardWritten, JobFinished, JobFailed,
-                LogLine, StateChanged)
+    for cls in (RayStarting, RayStarted, JobStarted, PhaseChanged, PhaseProgress, StageCounters, ShardWritten,
+                JobFinished, JobFailed, LogLine, StateChanged)
 }
 
 

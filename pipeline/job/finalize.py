@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import ray
+from ray import ObjectRef
 
 from pipeline import storage
 from pipeline.job.records import (
@@ -28,7 +29,8 @@ from pipeline.job.records import (
 from pipeline.job.state import WorkState, clear
 from pipeline.job.tasks import PhaseContext
 from pipeline.job.write import range_bounds
-from pipeline.output.curated import export_documents, sorted_parts
+from pipeline.output.curated import Part, export_documents, profile_documents, sorted_parts
+from pipeline.output.documents_meta import DOCUMENTS_INDEX_NAME, MetaPlan, json_plan, unify_meta
 from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, token_dtype
 from pipeline.spec import JobSpec
 
@@ -49,18 +51,33 @@ def run(ctx: PhaseContext, state: WorkState, curated: CurateResult, written: lis
 
 def _export_documents(ctx: PhaseContext, curated: CurateResult) -> DocumentsRecord:
     """``documents/part-NNNNNN.{parquet,jsonl}``: ``range_docs`` documents each, in ``ord`` order, so
-    the files are the same for any parallelism; listed with checksums in ``documents/index.json``."""
+    the files are the same for any parallelism; listed with checksums in ``documents.json`` beside the folder
+    (so the folder holds parts only: a dataset every reader takes whole). Parquet parts share one ``meta``
+    struct type (:mod:`pipeline.output.documents_meta`)."""
     fmt = ctx.spec.output.documents or "parquet"
-    task = ray.remote(num_cpus=1)(export_documents)
     parts = ray.put(sorted_parts(curated.parts))
     bounds = range_bounds(curated.docs, ctx.spec.packing.range_docs)
     curated_dir, dest = storage.join(ctx.work, "curated"), storage.join(ctx.stage, "documents")
-    listing = ctx.tasks.get_all(task.remote(curated_dir, parts, k, lo, hi, dest, fmt)
+    plan = _meta_plan(ctx, curated_dir, parts, bounds) if fmt == "parquet" else None
+    task = ray.remote(num_cpus=1)(export_documents)
+    listing = ctx.tasks.get_all(task.remote(curated_dir, parts, k, lo, hi, dest, fmt, plan)
                                 for k, (lo, hi) in enumerate(bounds))
+    if any(p is None for p in listing):  # a range the struct does not hold exactly: every part as JSON
+        plan = json_plan("a value the struct type does not hold exactly")
+        listing = ctx.tasks.get_all(task.remote(curated_dir, parts, k, lo, hi, dest, fmt, plan)
+                                    for k, (lo, hi) in enumerate(bounds))
     rows = sum(int(p["rows"]) for p in listing)
-    index = {"format": 1, "documents": fmt, "rows": rows, "parts": listing}
-    storage.write_text(storage.join(dest, "index.json"), json.dumps(index, indent=2) + "\n")
+    meta = plan.to_json() if plan is not None else {"meta": "object"}
+    index = {"format": 1, "documents": fmt, **meta, "rows": rows, "parts": listing}
+    storage.write_text(storage.join(ctx.stage, DOCUMENTS_INDEX_NAME), json.dumps(index, indent=2) + "\n")
     return DocumentsRecord(fmt, len(listing), rows)
+
+
+def _meta_plan(ctx: PhaseContext, curated_dir: str, parts: ObjectRef[list[Part]],
+               bounds: list[tuple[int, int]]) -> MetaPlan:
+    """Every range's meta profiled by a task, unified on the driver: the one ``meta`` type of every part."""
+    task = ray.remote(num_cpus=1)(profile_documents)
+    return unify_meta(ctx.tasks.get_all(task.remote(curated_dir, parts, lo, hi) for lo, hi in bounds))
 
 
 def _stage_manifests(ctx: PhaseContext, written: list[WriteResult]) -> Manifest | None:

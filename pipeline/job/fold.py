@@ -4,12 +4,13 @@
 dispatches on the event's class). It is a pure function of the events: every rate comes from their timestamps,
 never from a clock, so the CLI, the service and a test replaying a recorded ``events.jsonl`` get the same
 figures. Each ``job_started`` begins a new attempt's figures (a resumed attempt re-reports the shards it keeps,
-with ``reused``); only the attempt number carries over.
+with ``reused``); only the attempt number and its Ray's figures carry over. While the job starts its Ray
+(``ray_starting``, before ``job_started``) ``phase`` is ``ray``: what a display shows as "starting Ray".
 
 :meth:`JobSummary.to_dict` is the JSON the service stores as a job's summary (the API's job detail is made
 from it) and :meth:`JobSummary.from_dict` reads it back, so the supervisor folds each new chunk of events into
 the stored figures without reading the old events again. Until an attempt's ``job_started`` the dict holds only
-the attempt (and a failure, for a job refused before it started).
+the attempt (its Ray, its phase ``ray``, and a failure, for a job refused before it started).
 """
 
 from __future__ import annotations
@@ -69,6 +70,24 @@ class Failure:
 
 
 @dataclass
+class RayFigures:
+    """The attempt's Ray: ``starting`` from ``ray_starting``, ``ready`` from ``ray_started``."""
+
+    state: str
+    #: ``local`` or the cluster's address while starting; its GCS address once ready
+    address: str
+    #: CPUs asked of a local node (None: every CPU, or a cluster's own)
+    num_cpus: int | None = None
+    #: CPUs Ray reports, once ready
+    cpus: int | None = None
+    seconds: float | None = None
+    dashboard: str | None = None
+    own: bool | None = None
+    #: event time of ``ray_starting``
+    started_ts: float | None = None
+
+
+@dataclass
 class Series:
     """Cumulative figures over time as ``(seconds since the attempt started, total so far)`` points: documents
     read in curate, tokens of the shards this attempt wrote. A chart draws rates between consecutive points."""
@@ -106,6 +125,7 @@ class JobSummary:
     writers: set[str] = field(default_factory=set)
     series: Series = field(default_factory=Series)
     finished: bool = False
+    ray: RayFigures | None = None
 
     # ---- the fold ------------------------------------------------------------------------------------------
 
@@ -116,9 +136,22 @@ class JobSummary:
     @apply.register
     def _started(self, event: ev.JobStarted) -> None:
         fresh = JobSummary(attempt=self.attempt, started_ts=event.ts, resumed_phases=list(event.resumed_phases),
-                           parallelism=event.parallelism)
+                           parallelism=event.parallelism, ray=self.ray)
         for f in dataclasses.fields(self):  # in place: a display holds on to this object
             setattr(self, f.name, getattr(fresh, f.name))
+
+    @apply.register
+    def _ray_starting(self, event: ev.RayStarting) -> None:
+        self.ray = RayFigures("starting", event.address, event.num_cpus, started_ts=event.ts)
+        self.phase = "ray"
+
+    @apply.register
+    def _ray_started(self, event: ev.RayStarted) -> None:
+        before = self.ray
+        self.ray = RayFigures("ready", event.address, before.num_cpus if before else None, event.cpus, event.seconds,
+                              event.dashboard, event.own, before.started_ts if before else None)
+        if self.phase == "ray":
+            self.phase = None
 
     @apply.register
     def _state(self, event: ev.StateChanged) -> None:
@@ -192,7 +225,8 @@ class JobSummary:
         """The JSON form: the figures once the attempt has started, the attempt (and a failure) before."""
         error = {"error": dataclasses.asdict(self.error)} if self.error else {}
         if self.started_ts is None:
-            return {"attempt": self.attempt, **error}
+            ray = {"ray": dataclasses.asdict(self.ray), "phase": self.phase} if self.ray else {}
+            return {"attempt": self.attempt, **ray, **error}
         data = dataclasses.asdict(self)
         data["phases"] = {name: {k: v for k, v in p.items() if k != "started_ts" or v is not None}
                           for name, p in data["phases"].items()}

@@ -25,7 +25,9 @@ Ownership. A folder is tokenmill's only when ``.tokenmill/marker.json`` exists a
 path outside the published layout is damaged, never obeyed). A missing or empty folder is claimed by
 writing the marker; any other non-empty folder is refused, with or without ``--overwrite``. A tokenmill
 folder that holds an earlier run's output (a shard set's ``manifest.json``, or any file the marker lists,
-e.g. a documents-only job's ``documents/``) is replaced only with ``--overwrite`` (``output.overwrite: true``).
+e.g. a documents-only job's ``documents/``) is replaced only with ``--overwrite`` (``output.overwrite: true``;
+refused otherwise as :class:`EarlierOutput`). ``check_claim`` asks all this without the lock and writes
+nothing: the service refuses a submission with it before queuing the job.
 
 What ``--overwrite`` deletes: exactly the files the marker lists (and the folders they leave empty), never
 anything else: a user's ``shards/my_photos.tar`` stays. And it deletes nothing until the new run has
@@ -70,6 +72,7 @@ from pipeline.job.output_layout import (
     PUBLISHED,
     PUBLISHED_FILES,
     PUBLISHED_FOLDERS,
+    EarlierOutput,
     Marker,
     OutputError,
     describe_os_error,
@@ -81,7 +84,7 @@ from pipeline.job.output_store import OutputStore
 
 __all__ = [
     "GROUP_FILES", "GROUP_FOLDERS", "MARKER_FORMAT", "PRIVATE", "PUBLISHED", "PUBLISHED_FILES", "PUBLISHED_FOLDERS",
-    "Marker", "ObjectOutputDir", "OutputDir", "OutputError", "OutputStore", "atomic_write_bytes",
+    "EarlierOutput", "Marker", "ObjectOutputDir", "OutputDir", "OutputError", "OutputStore", "atomic_write_bytes",
     "check_not_overlapping", "describe_os_error", "is_manifest", "open_output_dir", "os_error_category",
 ]
 

@@ -15,7 +15,7 @@ import os
 import re
 from typing import Literal, TypedDict
 
-PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json")
+PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json", "documents.json")
 PUBLISHED_FOLDERS = ("shards", "rejected", "index", "documents")
 PUBLISHED = PUBLISHED_FILES + PUBLISHED_FOLDERS
 #: ``output.split_by``: one shard set per group in ``OUT/<group>/`` (pipeline/output/groups.py)
@@ -39,6 +39,11 @@ class OutputError(RuntimeError):
     def __init__(self, message: str, category: Category = "validation") -> None:
         super().__init__(message)
         self.category = category
+
+
+class EarlierOutput(OutputError):
+    """The output holds an earlier run's published files and ``overwrite`` is not set (the fix is that flag,
+    not another folder): told apart so the service can answer it as such."""
 
 
 class BadRecord(ValueError):

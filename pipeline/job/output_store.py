@@ -22,6 +22,7 @@ from pipeline.job.output_layout import (
     MAX_RECORD_BYTES,
     PRIVATE,
     BadRecord,
+    EarlierOutput,
     Journal,
     Marker,
     OutputError,
@@ -57,6 +58,10 @@ class OutputStore(Protocol):
 
     def claim(self, overwrite: bool) -> None:
         """Make the output the job's: refuse a foreign one, and an earlier run's output without ``overwrite``."""
+        ...
+
+    def check_claim(self, overwrite: bool) -> None:
+        """What ``claim`` would refuse, without the lock and writing nothing."""
         ...
 
     def commit(self, stage_dir: str | None = None) -> list[str]:
@@ -232,16 +237,34 @@ class StoreBase(ABC):
         if marker is None:
             self._write_record(self.marker_path, new_marker([], now()))
             return
-        if overwrite:
+        if not overwrite:
+            self._refuse_earlier_output(marker["files"])
+
+    def check_claim(self, overwrite: bool) -> None:
+        """What :meth:`claim` would refuse, asked without the lock and writing nothing (the service asks it before
+        it queues a job): a foreign or damaged output (:class:`OutputError`) and, without ``overwrite``, an
+        earlier run's output (:class:`EarlierOutput`). A half-done commit counts as done: claim finishes it first."""
+        self._check_ownership()
+        if overwrite or not self._present():
             return
-        if (any(is_manifest(rel) for rel in marker["files"])
-                or storage.exists(storage.join(self.path, "manifest.json"))):
-            raise OutputError(f"output.path: {self.path} already holds a shard set (manifest.json); pass "
-                              "--overwrite (or set output.overwrite: true) to replace it")
-        if marker["files"]:  # e.g. a documents-only job's documents/ and stats.json
-            raise OutputError(f"output.path: {self.path} already holds an earlier run's output "
-                              f"({', '.join(sorted({rel.split('/')[0] for rel in marker['files']}))}); pass "
-                              "--overwrite (or set output.overwrite: true) to replace it")
+        try:
+            marker = self._load_marker()
+        except BadRecord as exc:
+            raise OutputError(f"output.path: {self.marker_path} is damaged ({exc}); "
+                              f"choose an empty {self.NOUN}") from None
+        if marker is not None:
+            journal = self._load_journal()
+            self._refuse_earlier_output(marker["files"] if journal is None else journal["new"])
+
+    def _refuse_earlier_output(self, files: list[str]) -> None:
+        """:class:`EarlierOutput` when ``files`` (what the marker lists) or the folder hold a published output."""
+        if any(is_manifest(rel) for rel in files) or storage.exists(storage.join(self.path, "manifest.json")):
+            raise EarlierOutput(f"output.path: {self.path} already holds a shard set (manifest.json); pass "
+                                "--overwrite (or set output.overwrite: true) to replace it")
+        if files:  # e.g. a documents-only job's documents/ and stats.json
+            raise EarlierOutput(f"output.path: {self.path} already holds an earlier run's output "
+                                f"({', '.join(sorted({rel.split('/')[0] for rel in files}))}); pass "
+                                "--overwrite (or set output.overwrite: true) to replace it")
 
     def _require_lock(self, what: str) -> None:
         if not self._holds_lock():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -56,13 +57,36 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
         raise ConnectionError(f"nothing answers at {hostport} ({exc.strerror or exc})") from None
 
 
-#: set to 1 (``tokenmill --verbose`` does) to let Ray print its own logs instead of routing them to the job's log
+#: set to 1 (``tokenmill --verbose`` does) to let Ray print its own logs instead of routing them to ``ray.log``
 VERBOSE_ENV = "TOKENMILL_VERBOSE"
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d -- %(message)s"
 
 
 def verbose_default() -> bool:
     return os.environ.get(VERBOSE_ENV, "").strip() not in ("", "0")
+
+
+def start_target(address: str | None = None) -> str:
+    """What :func:`init_ray` will do, for the ``ray_starting`` event: ``local`` (a new node), the cluster's
+    address (``address`` or RAY_ADDRESS), or the GCS address of the Ray this process already runs."""
+    if ray.is_initialized():
+        return str(ray.get_runtime_context().gcs_address)
+    return address or os.environ.get("RAY_ADDRESS") or "local"
+
+
+@dataclass(frozen=True)
+class RayInfo:
+    address: str
+    cpus: int
+    dashboard: str | None
+
+
+def ray_info() -> RayInfo:
+    """The Ray this process is connected to: its GCS address, the CPUs it reports, its dashboard (if any)."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    dashboard = getattr(node, "webui_url", None) if node is not None else None
+    return RayInfo(str(ray.get_runtime_context().gcs_address), int(ray.cluster_resources().get("CPU", 0)),
+                   f"http://{dashboard}" if dashboard and "://" not in dashboard else dashboard or None)
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: str | None = None,
@@ -87,6 +111,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: 
     else:
         check_reachable(address)
     verbose = verbose_default() if verbose is None else verbose
+    QuietRayWarnings.own_node_default = address is None  # every actor on a node this process starts is the job's
+    os.environ.setdefault("RAY_USAGE_STATS_PROMPT_ENABLED", "0")  # a nightly wheel's notice, printed to stdout
     if not verbose:  # before ray.init: the driver's C++ core prints while it starts
         route_ray_logs(log_path or _provisional_log_path())
     sigterm = signal.getsignal(signal.SIGTERM)
@@ -108,6 +134,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, log_path: 
         if log_path is None:
             _move_into_session_dir()
         _route_python_loggers()  # ray.init may have added or reformatted handlers
+    for lg in _ray_loggers():  # --verbose too: Ray's console handlers
+        for h in lg.handlers:
+            if not any(isinstance(f, QuietRayWarnings) for f in h.filters):
+                h.addFilter(QuietRayWarnings(level=h.level))
     configure_data_context()
     return True
 
@@ -125,6 +155,54 @@ def configure_data_context() -> None:
 
 
 # ---- where Ray's own output goes ----------------------------------------------------------------------
+
+
+class QuietRayWarnings(logging.Filter):
+    """Demotes to INFO the warnings Ray writes on a healthy run, so a warning in ``ray.log`` (or, with
+    ``--verbose``, on the terminal) means something: a handler filter, so it sees every Ray logger's records,
+    and the Python warnings and relayed lines :func:`route_ray_logs` writes itself.
+
+    - "Failed to determine local IP ... 8.8.8.8": no route to the internet, Ray falls back to the hostname;
+    - "Progress bars disabled": tokenmill disabled them (:func:`configure_data_context`) and shows its own;
+    - "Usage stats collection ...": a notice, not a problem;
+    - "The maximum number of concurrent tasks for ... only received N input(s)": a small input, nothing wrong;
+    - "The Dataset job will hang unless more CPUs are freed up": on a node this process started (``own_node``)
+      the CPUs are held by the job's own actors of the stage before, which end as the next one starts.
+
+    A filter runs after the logger compared the record's level with the handler's, so one demoted here would
+    still be written by a handler at WARNING (a console): ``level`` is that handler's, and a record demoted
+    below it is dropped.
+    """
+
+    ALWAYS = re.compile(r"Failed to determine local IP|Progress bars disabled|Usage stats collection"
+                        r"|The maximum number of concurrent tasks for .* only received \d+ input")
+    OWN_NODE = re.compile(r"The Dataset job will hang unless more CPUs")
+
+    #: ``own_node`` of filters made without one: set by :func:`init_ray` when it starts the node
+    own_node_default = False
+
+    def __init__(self, own_node: bool | None = None, level: int = logging.NOTSET) -> None:
+        super().__init__()
+        self._own_node = own_node
+        self.level = level
+        #: warnings demoted so far
+        self.demoted = 0
+
+    @property
+    def own_node(self) -> bool:
+        return self.own_node_default if self._own_node is None else self._own_node
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING:
+            text = record.getMessage()
+            if self.ALWAYS.search(text) or (self.own_node and self.OWN_NODE.search(text)):
+                record.levelno, record.levelname = logging.INFO, "INFO"
+                self.demoted += 1
+        return record.levelno >= self.level
+
+
+#: the filter of ray.log's handler (INFO: demoted lines are kept there, as INFO)
+QUIET = QuietRayWarnings(level=logging.INFO)
 
 
 @dataclass
@@ -147,7 +225,8 @@ _ORIG_SHOWWARNING = warnings.showwarning
 
 
 def route_ray_logs(log_path: str | os.PathLike[str]) -> Path:
-    """Send Ray's own output to ``log_path`` (appended): the only way to keep a terminal free of it.
+    """Send Ray's own output to ``log_path`` (appended, a job's ``ray.log``): the only way to keep a terminal, and
+    the job's own log, free of it.
 
     Ray writes in four ways, each routed here:
 
@@ -169,6 +248,7 @@ def route_ray_logs(log_path: str | os.PathLike[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setLevel(logging.INFO)  # Ray Data's DEBUG lines stay in its own ray-data.log
+    handler.addFilter(QUIET)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

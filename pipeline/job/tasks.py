@@ -11,6 +11,7 @@ import hashlib
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -21,15 +22,16 @@ from ray import ObjectRef
 from pipeline import storage
 from pipeline.job import events as ev
 from pipeline.job.errors import JobCancelled, JobError, as_job_error, first_line
-from pipeline.job.ray_env import init_ray
+from pipeline.job.ray_env import init_ray, ray_info, start_target
 from pipeline.spec import JobSpec
 
 T = TypeVar("T")
 EventSink = Callable[[ev.Event], None]
 
 
-def start_ray(spec: JobSpec, log_path: str) -> bool:
-    """Start or join Ray for ``spec`` (True when this call started it).
+def start_ray(spec: JobSpec, log_path: str, emit: EventSink) -> bool:
+    """Start or join Ray for ``spec`` (True when this call started it), Ray's output to ``log_path``; ``emit``
+    gets ``ray_starting`` before and ``ray_started`` once it is up (the seconds between are Ray's own start).
 
     Whatever Ray's start raises is an ``infra`` failure, one line: nothing answering at the address
     (``ConnectionError``), ``TimeoutError``, a local node that timed out during startup or whose GCS or raylet
@@ -38,8 +40,11 @@ def start_ray(spec: JobSpec, log_path: str) -> bool:
     handler in place (``sys.exit``) is a cancel.
     """
     ex = spec.execution
+    target = start_target(ex.address)
+    emit(ev.RayStarting(address=target, num_cpus=ex.num_cpus if target == "local" else None))
+    t0 = time.perf_counter()
     try:
-        return init_ray(ex.address, ex.num_cpus, log_path=log_path)
+        own = init_ray(ex.address, ex.num_cpus, log_path=log_path)
     except SystemExit as exc:
         if exc.code not in (signal.SIGTERM, signal.SIGINT):
             raise
@@ -52,15 +57,26 @@ def start_ray(spec: JobSpec, log_path: str) -> bool:
         if type(exc) not in (Exception, ConnectionError, TimeoutError):  # a plain one says it all itself
             detail = f"{type(exc).__name__}: {detail}"
         raise JobError(f"{what}: {detail}", "infra") from None
+    info = ray_info()
+    emit(ev.RayStarted(seconds=round(time.perf_counter() - t0, 3), cpus=info.cpus, address=info.address,
+                       dashboard=info.dashboard, own=own))
+    return own
 
 
-def local_log_path(output: str, private: str) -> str:
-    """Ray's logs go to a local file: the output's ``.tokenmill/job.log``, or for an object-store output a
-    file in the temp folder named by the output (a log is appended to, which an object store cannot do)."""
-    if not storage.is_remote(output):
-        return storage.join(private, "job.log")
-    tag = hashlib.sha256(output.encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), f"tokenmill-{tag}.log")
+#: Ray's own output, beside the job's log (which holds tokenmill's lines only)
+RAY_LOG = "ray.log"
+
+
+def log_paths(output: str, private: str, job_log: str | None = None) -> tuple[str, str]:
+    """The job's log and Ray's (``ray.log`` in the same folder): ``job_log`` when given (the service's, in the
+    attempt's folder), else the output's ``.tokenmill/job.log``, or for an object-store output a folder in the
+    temp folder named by the output (a log is appended to, which an object store cannot do)."""
+    if job_log is None and not storage.is_remote(output):
+        job_log = storage.join(private, "job.log")
+    elif job_log is None:
+        tag = hashlib.sha256(output.encode()).hexdigest()[:12]
+        job_log = os.path.join(tempfile.gettempdir(), f"tokenmill-{os.getuid()}-{tag}", "job.log")
+    return job_log, os.path.join(os.path.dirname(job_log), RAY_LOG)
 
 
 def stop_ray() -> None:

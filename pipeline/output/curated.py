@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from pipeline import storage
 from pipeline.documents import DOC_FIELDS, text_bytes
+from pipeline.output.documents_meta import MetaPlan, MetaProfile, encode_meta, parse_meta_json, profile_meta
 
 #: rows per Parquet row group: what a range read can skip over
 ROW_GROUP = 1024
@@ -133,13 +134,27 @@ def sample_texts(folder: str, parts: list[Part], max_docs: int, max_bytes: int) 
     return texts
 
 
+def profile_documents(folder: str, parts: list[Part], lo: int, hi: int) -> MetaProfile:
+    """Ray task: what the meta of documents ``[lo, hi)`` looks like, for one struct type over every part."""
+    try:
+        metas = [parse_meta_json(m) for m in read_rows(folder, parts, lo, hi, ["meta"]).column(0).to_pylist()]
+    except ValueError as exc:
+        return MetaProfile(None, problem=f"a meta that does not parse: {str(exc)[:200]}")
+    return profile_meta(metas)
+
+
 def export_documents(folder: str, parts: list[Part], k: int, lo: int, hi: int, dest_dir: str,
-                     fmt: str) -> dict[str, Any]:
-    """Write documents ``[lo, hi)`` as ``documents`` part ``k`` (Parquet with the curated schema, or
-    JSONL with ``meta`` as an object); returns its listing entry."""
+                     fmt: str, plan: MetaPlan | None = None) -> dict[str, Any] | None:
+    """Write documents ``[lo, hi)`` as ``documents`` part ``k`` (Parquet with ``meta`` as ``plan`` says, or
+    JSONL with ``meta`` as an object); returns its listing entry, or None when ``plan``'s struct does not
+    hold this range's meta exactly (nothing is written: the caller redoes every part with JSON meta)."""
     table = read_rows(folder, parts, lo, hi)
     fname = f"part-{k:06d}.{fmt}"
     if fmt == "parquet":
+        if plan is not None and plan.mode == "struct":
+            table = _struct_meta(table, plan)
+            if table is None:
+                return None
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, row_group_size=ROW_GROUP)
         data = sink.getvalue().to_pybytes()
@@ -154,3 +169,12 @@ def export_documents(folder: str, parts: list[Part], k: int, lo: int, hi: int, d
     storage.write_bytes(storage.join(dest_dir, fname), data)
     return {"name": f"documents/{fname}", "rows": table.num_rows, "first_row": lo,
             "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def _struct_meta(table: pa.Table, plan: MetaPlan) -> pa.Table | None:
+    """``table`` with its meta JSON as ``plan``'s struct (the decode rules in the schema metadata)."""
+    array = encode_meta([parse_meta_json(m) for m in table.column("meta").to_pylist()], plan)
+    if array is None:
+        return None
+    table = table.set_column(table.schema.get_field_index("meta"), "meta", array)
+    return table.replace_schema_metadata(plan.rules.metadata())

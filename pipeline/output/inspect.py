@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from pipeline.output.documents_meta import DOCUMENTS_INDEX_NAME, LEGACY_INDEX_NAME, MetaRules, meta_value
 from pipeline.shard_format import (
     TOKENIZER,
     Manifest,
@@ -131,7 +132,10 @@ def decode_documents(out_dir: str | Path) -> dict[int, str]:
 
 # ---- the documents output (output.documents) ---------------------------------------------------------
 
-DOCUMENTS_INDEX = "documents/index.json"
+#: the index of the documents output, and its name in outputs written before it moved out of readers' way
+DOCUMENTS_INDEX = DOCUMENTS_INDEX_NAME
+LEGACY_DOCUMENTS_INDEX = f"documents/{LEGACY_INDEX_NAME}"
+DOCUMENTS_INDEXES = (DOCUMENTS_INDEX, LEGACY_DOCUMENTS_INDEX)
 _DOC_PART = re.compile(r"^documents/part-[0-9]{6}\.(parquet|jsonl)$")
 
 
@@ -140,25 +144,35 @@ class DocumentsIndex:
     format: str
     rows: int
     parts: list[dict]
+    #: ``struct``, ``json`` (Parquet meta as JSON text: the fallback, and every output before structs) or ``object``
+    meta: str = "json"
 
 
-def load_documents_index(out_dir: str | Path) -> DocumentsIndex:
-    """``documents/index.json``, checked: part names inside ``documents/``, counts and sizes integers."""
-    data = json_value(read_regular(Path(out_dir) / DOCUMENTS_INDEX, 64 << 20), DOCUMENTS_INDEX)
+def documents_index_name(out_dir: str | Path) -> str | None:
+    """The output's documents index (``documents.json``, else an older output's ``documents/index.json``)."""
+    return next((n for n in DOCUMENTS_INDEXES if (Path(out_dir) / n).is_file()), None)
+
+
+def load_documents_index(out_dir: str | Path, name: str | None = None) -> DocumentsIndex:
+    """The documents index (``name``, else :func:`documents_index_name`'s), checked: part names inside
+    ``documents/``, counts and sizes integers."""
+    name = name or documents_index_name(out_dir) or DOCUMENTS_INDEX
+    data = json_value(read_regular(Path(out_dir) / name, 64 << 20), name)
     if not isinstance(data, dict) or data.get("documents") not in ("parquet", "jsonl"):
-        raise ShardFormatError(f"{DOCUMENTS_INDEX}: not a documents index")
+        raise ShardFormatError(f"{name}: not a documents index")
     parts = data.get("parts")
     if not isinstance(parts, list):
-        raise ShardFormatError(f"{DOCUMENTS_INDEX}: parts must be a list")
+        raise ShardFormatError(f"{name}: parts must be a list")
     for i, part in enumerate(parts):
         ok = (isinstance(part, dict) and isinstance(part.get("name"), str) and _DOC_PART.match(part["name"])
               and all(type(part.get(k)) is int and part[k] >= 0 for k in ("rows", "bytes"))
               and isinstance(part.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", part["sha256"]))
         if not ok:
-            raise ShardFormatError(f"{DOCUMENTS_INDEX}: parts.{i} is malformed")
+            raise ShardFormatError(f"{name}: parts.{i} is malformed")
     if sum(p["rows"] for p in parts) != data.get("rows"):
-        raise ShardFormatError(f"{DOCUMENTS_INDEX}: rows does not match its parts")
-    return DocumentsIndex(data["documents"], data["rows"], parts)
+        raise ShardFormatError(f"{name}: rows does not match its parts")
+    default = "object" if data["documents"] == "jsonl" else "json"
+    return DocumentsIndex(data["documents"], data["rows"], parts, str(data.get("meta", default)))
 
 
 def verify_documents(out_dir: str | Path, index: DocumentsIndex) -> list[ShardCheck]:
@@ -174,7 +188,7 @@ def verify_documents(out_dir: str | Path, index: DocumentsIndex) -> list[ShardCh
 
 
 def iter_documents(out_dir: str | Path, index: DocumentsIndex) -> Iterator[dict]:
-    """The documents in ``ord`` order, as dicts (``meta`` parsed)."""
+    """The documents in ``ord`` order, as dicts (``meta`` parsed, or a struct decoded back to the same dict)."""
     for part in index.parts:
         path = Path(out_dir) / part["name"]
         if index.format == "jsonl":
@@ -182,7 +196,10 @@ def iter_documents(out_dir: str | Path, index: DocumentsIndex) -> Iterator[dict]
                 for line in f:
                     yield json_value(line, part["name"])
         else:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            f = pq.ParquetFile(path)
+            rules = MetaRules.from_metadata(f.schema_arrow.metadata)
+            for batch in f.iter_batches(batch_size=1024):
                 for row in batch.to_pylist():
-                    row["meta"] = json_value(row["meta"] or "{}", part["name"])
+                    row["meta"] = (json_value(row["meta"] or "{}", part["name"]) if isinstance(row["meta"], str)
+                                   else meta_value(row["meta"], rules))
                     yield row

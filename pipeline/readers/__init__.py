@@ -6,16 +6,18 @@ never raises: what cannot be read becomes a :class:`~pipeline.stages.base.Drop` 
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Iterator
 
 from pipeline import storage
 from pipeline.documents import Doc, Drop
+from pipeline.readers.compression import TruncatedInput, open_binary
 from pipeline.readers.docs import RECORD_BITS, drop, error_text
 from pipeline.readers.documents_output import read_documents
 from pipeline.readers.jsonl import read_jsonl
 from pipeline.readers.parquet import read_parquet
-from pipeline.readers.paths import detect_format, expand_inputs, source_name
+from pipeline.readers.paths import SNIFF_BYTES, detect_format, expand_inputs, named_by, source_name
 from pipeline.readers.sft import read_sft
 from pipeline.readers.text import read_text
 from pipeline.readers.warc import read_warc
@@ -34,8 +36,15 @@ def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Dro
     also every document's ``source``. A folder here is one :func:`expand_inputs` could not list: it
     becomes one ``unreadable_folder`` drop, so the documents it holds are counted as lost, not forgotten.
     """
-    fmt = detect_format(path, spec.format)
+    named = named_by(spec.path, path)
+    fmt = detect_format(path, spec.format, named)
     name = source_name(spec.path, path)
+    if fmt == "text" and not named and spec.format == "auto" and not os.path.splitext(name)[1]:
+        fmt = _sniff(path)
+    if fmt == "unknown":
+        yield drop(name, file_index, 0, "unknown_format", suffix=os.path.splitext(name)[1] or None,
+                   hint="not a format a folder is read by; name the file, or say format: text on the input")
+        return
     if not storage.is_remote(path) and os.path.isdir(path):
         try:
             with os.scandir(path):
@@ -51,6 +60,21 @@ def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Dro
             yield item
     except OSError as exc:
         yield drop(name, file_index, next_index, "unreadable_file", error=error_text(exc))
+
+
+def _sniff(path: str) -> str:
+    """``text`` for a file without a suffix whose first bytes are UTF-8 without NUL, else ``unknown``
+    (a binary such as ``.DS_Store``); an unreadable file is left to the text reader to report."""
+    try:
+        with open_binary(path) as fh:
+            head = fh.read(SNIFF_BYTES)
+    except (OSError, TruncatedInput):
+        return "text"
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return "unknown"
+    return "unknown" if b"\0" in head else "text"
 
 
 def _reader(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:

@@ -245,8 +245,27 @@ def _remote_source_name(input_path: str, path: str) -> str:
     return path[len(root):].lstrip("/") if path.startswith(root + "/") else path.rsplit("/", 1)[-1]
 
 
-def detect_format(path: str, declared: str) -> str:
-    """The declared format, or for ``auto`` the one the file name says (text when it says nothing)."""
+#: names a folder or wildcard input reads as plain text without being told: prose, markup and source code
+TEXT_SUFFIXES = (
+    ".txt", ".text", ".md", ".markdown", ".rst", ".tex", ".org", ".adoc", ".htm", ".html", ".xml",
+    ".py", ".pyi", ".c", ".h", ".cc", ".cpp", ".cxx", ".hh", ".hpp", ".cs", ".java", ".kt", ".scala", ".go",
+    ".rs", ".swift", ".m", ".js", ".jsx", ".ts", ".tsx", ".css", ".php", ".rb", ".pl", ".lua", ".r", ".jl",
+    ".hs", ".ml", ".ex", ".erl", ".clj", ".sh", ".bash", ".sql", ".yaml", ".yml", ".toml", ".ini", ".cfg",
+)
+#: how much of a file without a suffix is looked at to call it text (no NUL, valid UTF-8)
+SNIFF_BYTES = 8192
+
+
+def detect_format(path: str, declared: str, named: bool = True) -> str:
+    """The declared format, or for ``auto`` the one the file name says.
+
+    A file the input names itself (``named``: its own path, or a glob ending in a literal suffix such as
+    ``*.log``) is read as text when its name says nothing else. A file found in a folder or by a bare
+    wildcard (``data/``, ``**``, ``part-*``) is read only when its name is a known format (JSONL, WARC,
+    Parquet, :data:`TEXT_SUFFIXES`) or it has no suffix at all; anything else is ``unknown``: a staging
+    file (``b.jsonl.next``) or a binary (``notes.bin``) left beside the data is counted, not read as a
+    document. ``format: text`` on the input reads every file as text.
+    """
     if declared != "auto":
         return declared
     name = os.path.basename(path).lower()
@@ -262,4 +281,23 @@ def detect_format(path: str, declared: str) -> str:
         return "warc"
     if name.endswith(".parquet"):
         return "parquet"
-    return "text"
+    if named or base.endswith(TEXT_SUFFIXES) or not os.path.splitext(base)[1]:
+        return "text"
+    return "unknown"
+
+
+def named_by(input_path: str, path: str) -> bool:
+    """True when the input names ``path`` itself: its own path, or a glob whose last part ends in a literal
+    suffix (``*.log``, ``**/*.md``); False for a file found in a folder or by a bare wildcard."""
+    if storage.is_remote(input_path):
+        pattern, same = input_path.rstrip("/"), input_path == path
+    else:
+        pattern = storage.local_path(input_path)
+        same = os.path.normpath(pattern) == os.path.normpath(path)
+    if same:
+        return True
+    last = pattern.rsplit("/", 1)[-1]
+    if not glob.has_magic(last):
+        return False  # a folder: read whole, by known formats only
+    stem, dot, suffix = last.rpartition(".")
+    return bool(dot and stem and suffix and not glob.has_magic(suffix))

@@ -4,6 +4,10 @@ At startup (the lifespan) the database is migrated to the latest revision and, u
 otherwise, the supervisor thread starts; at shutdown it stops, and the job processes keep running for
 the next start to re-attach to. Add a feature as a router in ``service/api/routers/`` and include it here.
 
+API docs: ``/openapi.json`` needs a key; ``/docs`` and ``/redoc`` (FastAPI's pages, whose Swagger UI and ReDoc
+come from a CDN) are served, with the schema keyless, only with ``--public-docs``: a browser opening a page sends
+no bearer key. Without it they answer a JSON 404 saying how to get them (:data:`DOCS_OFF`).
+
 Errors are 4xx with a JSON ``detail`` (never a 500 for a bad request): 401 without a valid key (before the body
 is read: :mod:`service.api.edge`), 403 a path outside the roots, 404 an unknown job, 408 a body that did not
 arrive within ``body_timeout_s``, 409 a request the job's state does not allow, 413 a body over
@@ -29,8 +33,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from pipeline.problems import from_pydantic
-from service.admission import Refused
+from pipeline.problems import NO_MATCH, from_pydantic
+from service.admission import Refused, beside_schema
 from service.api.deps import require_key
 from service.api.edge import Edge
 from service.api.keycache import KeyCache
@@ -42,6 +46,10 @@ from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 
+#: what ``/docs`` and ``/redoc`` answer without ``--public-docs``
+DOCS_OFF = ("the API docs pages are off: GET /openapi.json with the API key (Authorization: Bearer ...) for the "
+            "schema, or start tokenmill serve with --public-docs to serve /docs, /redoc and /openapi.json without "
+            "a key (the pages load Swagger UI and ReDoc from cdn.jsdelivr.net: the browser needs to reach it)")
 #: the settings (JSON) that ``tokenmill serve --workers N`` hands its worker processes
 SETTINGS_ENV = "TOKENMILL_SERVE_SETTINGS"
 
@@ -124,6 +132,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key)])
         def openapi() -> dict[str, Any]:
             return app.openapi()
+
+        # a browser cannot send a bearer key when it opens a page: the docs pages are served only with
+        # --public-docs; without it they say so (no key needed to read that), instead of a bare 404
+        @app.get("/docs", include_in_schema=False)
+        @app.get("/redoc", include_in_schema=False)
+        def docs_off() -> JSONResponse:
+            return JSONResponse({"detail": DOCS_OFF}, status.HTTP_404_NOT_FOUND)
     _add_error_handlers(app)
     install_openapi(app)  # every error a route answers, in the schema
     return app
@@ -149,7 +164,18 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": field_problems(exc.errors())}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+        detail = field_problems(exc.errors())
+        spec_at = _SPEC_BODIES.get((request.method, request.url.path))
+        if spec_at is not None:  # a spec refused in one round: its file checks come with its schema's problems
+            body = exc.body
+            for key in spec_at[1:]:
+                body = body.get(key) if isinstance(body, dict) else None
+            settings = request.app.state.settings
+            found = await run_in_threadpool(beside_schema, body, settings)
+            if spec_at[1:]:  # a schedule's spec: an input that matches nothing yet is each run's to check
+                found = [p for p in found if p.kind != NO_MATCH]
+            detail += [p.detail(*spec_at) for p in found]
+        return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)
 
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused) -> JSONResponse:
@@ -169,6 +195,11 @@ def _add_error_handlers(app: FastAPI) -> None:
             raise exc
         return JSONResponse({"detail": "the database is unavailable; retry later"},
                             status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "5"})
+
+
+#: the requests whose body holds a job spec, and where in it (a job's body is the spec; a schedule's, ``spec``)
+_SPEC_BODIES: dict[tuple[str, str], tuple[str, ...]] = {("POST", "/v1/jobs"): ("body",),
+                                                        ("POST", "/v1/schedules"): ("body", "spec")}
 
 
 def _is_operational(exc: DBAPIError) -> bool:

@@ -14,7 +14,8 @@ pure ASGI middleware (it never touches ``receive`` before the check), runs first
   connection.
 - Then the body, if any, is read here, whole, before the app runs: more than ``max_body_bytes`` (by
   ``Content-Length``, or counted while reading a chunked body) gets 413, a body not all there
-  ``body_timeout_s`` after the head gets 408; both close the connection. The app then reads it from memory.
+  ``body_timeout_s`` after the head gets 408; both close the connection. The app then reads it from memory,
+  a YAML body (``Content-Type: application/yaml``) as the JSON it means (:mod:`service.api.yaml_body`).
 
 Every answer here is ``{"detail": "..."}`` JSON, labelled in the latency histogram with the route's template.
 """
@@ -37,6 +38,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api import yaml_body
 from service.api.deps import CHALLENGE, KEY_SCOPE, UNAUTHORIZED, require_key, resolve_key
 
 
@@ -112,6 +114,13 @@ class Edge:
                 f"the request body did not arrive within {self.body_timeout_s:g} s")
             await self._refuse(scope, send, route, body, detail)
         elif body is not None:  # None: the client left
+            if yaml_body.is_yaml(Headers(scope=scope).get("content-type")):
+                converted = await run_in_threadpool(yaml_body.to_json, body)  # a parse: off the loop
+                if isinstance(converted, dict):
+                    scope["route"] = route.route
+                    await JSONResponse({"detail": [converted]}, 422)(scope, _no_body, send)
+                    return
+                body, scope = converted, _as_json(scope, len(converted))
             await self.app(scope, _replay(body, receive), send)
 
     def _match(self, scope: Scope) -> _Route | None:
@@ -159,6 +168,14 @@ def _announced_length(scope: Scope) -> int | None:
     except ValueError:
         return 0
     return length if length > 0 else None
+
+
+def _as_json(scope: Scope, length: int) -> Scope:
+    """``scope`` with the headers of a JSON body of ``length`` bytes (a YAML body converted)."""
+    drop = (b"content-type", b"content-length", b"transfer-encoding")
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in drop]
+    return {**scope, "headers": [*headers, (b"content-type", b"application/json"),
+                                 (b"content-length", str(length).encode())]}
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

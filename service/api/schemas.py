@@ -305,6 +305,7 @@ class RunInputs(BaseModel):
     new: list[str] = Field(default_factory=list)
     changed: list[str] = Field(default_factory=list)
     unchanged: int = 0
+    skipped: int = Field(0, description="files in the input folders of no format a folder is read by")
 
 
 class ScheduleRunOut(BaseModel):

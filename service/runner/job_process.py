@@ -3,10 +3,10 @@
 The supervisor starts it in a new session with stdout and stderr going to ``DIR/job.log``; it never
 touches the database. It reads ``DIR/run.json`` (the spec, with the service's Ray address, and the roots
 its paths must stay in), checks the spec again (the files may have changed since it was accepted), runs
-the job engine (which starts a local Ray, or joins the configured cluster, and routes Ray's own output
-into the same log) and appends every engine event to ``DIR/events.jsonl``, the terminal one fsynced, so
-the supervisor (this service or a restarted one) learns the outcome from the file, even when it is not
-this process's parent and cannot read its exit code.
+the job engine (which starts a local Ray, or joins the configured cluster, writes its own lines to the same
+log and routes Ray's output to ``DIR/ray.log``) and appends every engine event to ``DIR/events.jsonl``, the
+terminal one fsynced, so the supervisor (this service or a restarted one) learns the outcome from the file,
+even when it is not this process's parent and cannot read its exit code.
 
 SIGTERM (the supervisor's cancel) or SIGINT cancels: the engine cancels its Ray work, publishes nothing
 and reports ``job_failed`` with category ``cancelled``; a second signal exits at once. Exit codes follow
@@ -37,6 +37,8 @@ from service.confine import problems as path_problems
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
 LOG_FILE = "job.log"
+#: Ray's own output (its core's lines, its loggers, Ray Data's): beside LOG_FILE, never in it
+RAY_LOG_FILE = "ray.log"  # pipeline.job.tasks.RAY_LOG (not imported: it imports Ray, and the API imports this)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 TERMINAL_EVENTS = frozenset({ev.JobFinished.type, ev.JobFailed.type})
@@ -91,7 +93,7 @@ def run_attempt(run_dir: Path) -> int:
         except AdmissionError as exc:
             sink(ev.JobFailed(category=exc.category, message=str(exc)))  # type: ignore[arg-type]
             return EXIT_USAGE
-        job = Job(spec, on_event=sink, log_path=str(run_dir / LOG_FILE))
+        job = Job(spec, on_event=sink, log_path=str(run_dir / LOG_FILE))  # Ray's: RAY_LOG_FILE beside it
         with cancel_on_signals(job):
             try:
                 job.run()
@@ -133,7 +135,8 @@ def _output_to(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m service.runner.job_process", description=__doc__.splitlines()[0])
-    p.add_argument("--run-dir", required=True, help="the attempt's folder (run.json in, events.jsonl and job.log out)")
+    p.add_argument("--run-dir", required=True,
+                   help="the attempt's folder (run.json in, events.jsonl, job.log and ray.log out)")
     p.add_argument("--log-output", action="store_true",
                    help="append this process's stdout and stderr to RUN_DIR/job.log (a Ray Jobs API entrypoint: "
                         "the local mode's supervisor redirects them itself)")

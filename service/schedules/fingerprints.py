@@ -12,6 +12,10 @@ mtime moving (git's "racy git" problem, Documentation/technical/racy-git.txt). A
 than :data:`RACY_WINDOW_NS` after the file's mtime is marked ``racy`` and the next run hashes that file
 whatever its stat says.
 
+Files a folder input does not read (:func:`pipeline.readers.paths.detect_format`: ``b.jsonl.next`` while it
+is being copied, a binary) are not fingerprinted, so a staging file coming and going starts no run; once
+renamed to ``b.jsonl`` it is a new file. They are counted as ``skipped`` in the run's scan summary.
+
 Deleted files are simply absent from the next snapshot: a version, once published, is never retracted.
 
 The baseline lives in the schedule's run history, so a schedule deleted and created again on its folder
@@ -27,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.readers.paths import expand_path
+from pipeline.readers.paths import detect_format, expand_path, named_by
 from pipeline.spec import InputSpec
 
 #: mtime this close to the fingerprint's own time cannot be trusted by the next run. Two seconds covers the
@@ -47,13 +51,16 @@ class Scan:
     #: ``(input index, path)`` of files whose content differs from the baseline's
     changed: list[tuple[int, str]] = field(default_factory=list)
     unchanged: int = 0
+    #: files in the inputs' folders whose format is not one a folder is read by (``unknown_format``)
+    skipped: int = 0
 
     @property
     def to_read(self) -> list[tuple[int, str]]:
         return sorted(self.new + self.changed)
 
     def summary(self) -> dict[str, Any]:
-        return {"new": [p for _, p in self.new], "changed": [p for _, p in self.changed], "unchanged": self.unchanged}
+        return {"new": [p for _, p in self.new], "changed": [p for _, p in self.changed], "unchanged": self.unchanged,
+                "skipped": self.skipped}
 
 
 def sha256_of(path: str) -> str | None:
@@ -75,6 +82,9 @@ def scan(inputs: list[InputSpec], baseline: dict[str, dict[str, Any]]) -> Scan:
     for i, inp in enumerate(inputs):
         for path in expand_path(inp.path):
             if path in out.snapshot:  # two inputs naming one file: read once, under the first
+                continue
+            if detect_format(path, inp.format, named_by(inp.path, path)) == "unknown":
+                out.skipped += 1  # a staging file or a binary beside the data: not an input of any run
                 continue
             old = baseline.get(path)
             try:

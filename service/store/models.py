@@ -6,7 +6,8 @@ it) and how far its event file has been read. :class:`JobEvent` rows are the job
 engine's events (``pipeline.job.events``, as written by the job process) and the service's own
 ``state`` events, numbered per job (``seq``) so a client can resume a stream where it stopped.
 A :class:`Schedule` refreshes a corpus on a cron schedule: each firing is a :class:`ScheduleRun` (which
-input files it read, the job it queued) and each run that publishes adds a :class:`ScheduleVersion`.
+input files it read, the job it queued) and each run that publishes adds a :class:`ScheduleVersion`; a deleted
+schedule's versions are kept as :class:`RetiredVersion` rows, so their pinned URLs keep serving their files.
 
 Schema changes go through Alembic revisions in ``service/store/migrations/versions`` (never
 ``create_all``), so a database made by an older release is upgraded in place.
@@ -236,7 +237,7 @@ class ScheduleRun(Base):
     job_id: Mapped[str | None] = mapped_column(String(32))
     #: the version number reserved for the run's output (``v{version:06d}``); published only if it succeeds
     version: Mapped[int | None] = mapped_column(Integer)
-    #: ``{"new": [paths], "changed": [paths], "unchanged": n}``: what the run read
+    #: ``{"new": [paths], "changed": [paths], "unchanged": n, "skipped": n}``: what the run read
     inputs: Mapped[dict[str, Any]] = mapped_column(default=dict)
     #: ``{path: {size, mtime_ns, sha256, racy}}`` of every input file when the run fired (the next baseline)
     fingerprints: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -248,13 +249,9 @@ class ScheduleRun(Base):
     )
 
 
-class ScheduleVersion(Base):
-    """A published version: an immutable shard set (``path``) that trainers pin by number."""
+class _VersionColumns:
+    """What a version is, live or retired: its number, folder, the job and run that made it, its figures."""
 
-    __tablename__ = "schedule_versions"
-
-    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"))
     number: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)
     job_id: Mapped[str] = mapped_column(String(32))
@@ -264,6 +261,31 @@ class ScheduleVersion(Base):
     samples: Mapped[int | None] = mapped_column(BigInteger)
     tokens: Mapped[int | None] = mapped_column(BigInteger)
     shards: Mapped[int | None] = mapped_column(Integer)
+
+
+class ScheduleVersion(_VersionColumns, Base):
+    """A published version: an immutable shard set (``path``) that trainers pin by number."""
+
+    __tablename__ = "schedule_versions"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"))
     published_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (UniqueConstraint("schedule_id", "number", name="uq_schedule_versions_number"),)
+
+
+class RetiredVersion(_VersionColumns, Base):
+    """A version of a deleted schedule, kept under the schedule's old id: its folder stays on disk and trainers
+    pin ``/v1/schedules/{id}/versions/{n}/artifacts``, so those URLs keep serving it (schedule ids are never
+    reused). No foreign key: the schedule row is gone."""
+
+    __tablename__ = "retired_versions"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    schedule_id: Mapped[str] = mapped_column(String(32))
+    published_at: Mapped[datetime]
+    #: when its schedule was deleted
+    retired_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (UniqueConstraint("schedule_id", "number", name="uq_retired_versions_number"),)

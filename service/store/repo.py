@@ -35,6 +35,7 @@ from service.store.models import (
     Job,
     JobEvent,
     JobState,
+    RetiredVersion,
     RunState,
     Schedule,
     ScheduleRun,
@@ -89,7 +90,7 @@ def create_job(s: Session, spec: dict[str, Any], *, name: str, spec_hash: str, o
                idempotency_key: str | None = None, api_key_id: str | None = None) -> tuple[Job, bool]:
     """A new QUEUED job, or ``(existing, False)`` when this key (per API key) was used before with the same spec."""
     digest = request_hash(spec)
-    scoped = f"{api_key_id or '-'}:{idempotency_key}" if idempotency_key else None
+    scoped = _scoped(idempotency_key, api_key_id)
     if scoped is not None:
         existing = _by_idempotency(s, scoped, digest)
         if existing is not None:
@@ -108,6 +109,19 @@ def create_job(s: Session, spec: dict[str, Any], *, name: str, spec_hash: str, o
         return existing, False
     _state_event(s, job)
     return job, True
+
+
+def repeated_job(s: Session, spec: dict[str, Any], *, idempotency_key: str | None,
+                 api_key_id: str | None = None) -> Job | None:
+    """The job an earlier request with this Idempotency-Key and spec created (:class:`IdempotencyConflict` for
+    another spec): a repeat is answered with it before any check of the spec against the filesystem, which the
+    first job's run has changed since (its output folder now holds its shard set)."""
+    scoped = _scoped(idempotency_key, api_key_id)
+    return _by_idempotency(s, scoped, request_hash(spec)) if scoped is not None else None
+
+
+def _scoped(idempotency_key: str | None, api_key_id: str | None) -> str | None:
+    return f"{api_key_id or '-'}:{idempotency_key}" if idempotency_key else None
 
 
 def _by_idempotency(s: Session, scoped: str, digest: str) -> Job | None:
@@ -398,8 +412,16 @@ def create_schedule(s: Session, *, name: str, cron: str, timezone: str, overlap:
 def get_schedule(s: Session, schedule_id: str) -> Schedule:
     sched = s.get(Schedule, schedule_id)
     if sched is None:
-        raise NotFound(f"no schedule {schedule_id!r}")
+        raise _no_schedule(s, schedule_id)
     return sched
+
+
+def _no_schedule(s: Session, schedule_id: str) -> NotFound:
+    """The 404 of an unknown schedule; a deleted one's says where its versions are still served."""
+    if s.scalar(select(RetiredVersion.id).where(RetiredVersion.schedule_id == schedule_id).limit(1)) is not None:
+        return NotFound(f"schedule {schedule_id!r} was deleted; its published versions are still served at "
+                        f"/v1/schedules/{schedule_id}/versions")
+    return NotFound(f"no schedule {schedule_id!r}")
 
 
 def lock_schedule(s: Session, schedule_id: str) -> Schedule:
@@ -407,7 +429,7 @@ def lock_schedule(s: Session, schedule_id: str) -> Schedule:
             .execution_options(populate_existing=True))
     sched = s.scalars(stmt).one_or_none()
     if sched is None:
-        raise NotFound(f"no schedule {schedule_id!r}")
+        raise _no_schedule(s, schedule_id)
     return sched
 
 
@@ -421,12 +443,18 @@ def schedule_outputs(s: Session) -> dict[str, str]:
 
 
 def delete_schedule(s: Session, schedule_id: str) -> None:
-    """Delete the schedule and its history (the published folders stay on disk); refused while a run is going."""
+    """Delete the schedule and its history; refused while a run is going. Its published versions stay on disk
+    and are kept as :class:`RetiredVersion` rows, so their URLs under this id keep serving them."""
     sched = lock_schedule(s, schedule_id)
     active = active_run(s, schedule_id)
     if active is not None:
         raise Conflict(f"schedule {schedule_id} has run {active.number} going (job {active.job_id}); "
                        "cancel that job or wait for it, then delete")
+    now = utcnow()
+    for v in versions_of(s, schedule_id):
+        s.add(RetiredVersion(schedule_id=v.schedule_id, number=v.number, path=v.path, job_id=v.job_id,
+                             run_number=v.run_number, documents=v.documents, samples=v.samples, tokens=v.tokens,
+                             shards=v.shards, published_at=v.published_at, retired_at=now))
     s.execute(delete(ScheduleVersion).where(ScheduleVersion.schedule_id == schedule_id))
     s.execute(delete(ScheduleRun).where(ScheduleRun.schedule_id == schedule_id))
     s.delete(sched)
@@ -553,13 +581,33 @@ def versions_of(s: Session, schedule_id: str) -> Sequence[ScheduleVersion]:
 
 
 def get_version(s: Session, schedule_id: str, number: int | None) -> ScheduleVersion:
-    """Version ``number``, or the latest one when ``number`` is None."""
+    """Version ``number``, or the latest one when ``number`` is None; a deleted schedule's from what it kept
+    (:func:`served_versions`)."""
     stmt = select(ScheduleVersion).where(ScheduleVersion.schedule_id == schedule_id)
     if number is not None:
         stmt = stmt.where(ScheduleVersion.number == number)
     version = s.scalars(stmt.order_by(ScheduleVersion.number.desc()).limit(1)).one_or_none()
-    if version is None:
-        get_schedule(s, schedule_id)  # an unknown schedule says so
-        which = f"version {number}" if number is not None else "published version yet"
-        raise NotFound(f"schedule {schedule_id!r} has no {which}")
-    return version
+    if version is not None:
+        return version
+    if s.get(Schedule, schedule_id) is None:
+        kept = served_versions(s, schedule_id)  # NotFound for an unknown schedule
+        found = [v for v in kept if number is None or v.number == number][-1:]
+        if found:
+            return found[0]
+    which = f"version {number}" if number is not None else "published version yet"
+    raise NotFound(f"schedule {schedule_id!r} has no {which}")
+
+
+def served_versions(s: Session, schedule_id: str) -> Sequence[ScheduleVersion]:
+    """The versions served under ``schedule_id``, oldest first: the schedule's own, or, once it is deleted,
+    those it had then (as detached :class:`ScheduleVersion` objects, never added to the session: the API
+    reads them as it reads a live schedule's); :class:`NotFound` for an id no schedule ever had."""
+    if s.get(Schedule, schedule_id) is not None:
+        return versions_of(s, schedule_id)
+    stmt = select(RetiredVersion).where(RetiredVersion.schedule_id == schedule_id).order_by(RetiredVersion.number)
+    kept = s.scalars(stmt).all()
+    if not kept:
+        raise NotFound(f"no schedule {schedule_id!r}")
+    return [ScheduleVersion(schedule_id=r.schedule_id, number=r.number, path=r.path, job_id=r.job_id,
+                            run_number=r.run_number, documents=r.documents, samples=r.samples, tokens=r.tokens,
+                            shards=r.shards, published_at=r.published_at) for r in kept]

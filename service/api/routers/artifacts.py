@@ -4,13 +4,14 @@
 one. ``/v1/schedules/{id}/versions/{n}/artifacts[/{name}]`` does the same for version ``n``, and
 ``versions/latest/...`` redirects (307) to the numbered version, so a client that reads the manifest through
 ``latest`` and the shards relative to where it landed never mixes two versions (``training/data.py`` pins so).
-A trainer's ``--data`` is the artifacts URL; its API key goes in ``Authorization: Bearer``.
+A trainer's ``--data`` is the artifacts URL; its API key goes in ``Authorization: Bearer``. A deleted schedule's
+versions stay served at their URLs (:func:`service.store.repo.get_version` reads what it kept).
 
 What is served: only what the output's last commit published (the names its ``.tokenmill/marker.json``
 lists) and of those only what a trainer reads: ``manifest.json``, ``stats.json``, ``tokenizer.json``, the
-shards the manifest lists, ``documents/index.json`` and the parts it lists, and an ``output.split_by`` group's
-manifest, tokenizer and shards. Never ``rejected/`` (the dropped documents' text: what a PII or quality stage
-took out), ``index/`` (dedup internals) or ``.tokenmill/``.
+shards the manifest lists, ``documents.json`` (an older output's ``documents/index.json``) and the parts
+it lists, and an ``output.split_by`` group's manifest, tokenizer and shards. Never ``rejected/`` (the dropped
+documents' text: what a PII or quality stage took out), ``index/`` (dedup internals) or ``.tokenmill/``.
 
 Refusals: a name that is not a plain relative path (absolute, ``..``, ``.``, an empty or hidden part, a
 backslash, a character outside ``[A-Za-z0-9_.-]``) is 400; a well-formed name that is not served is 404; a
@@ -46,7 +47,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from pipeline.job.output_dir import PUBLISHED, OutputDir
-from pipeline.output.inspect import DOCUMENTS_INDEX, load_documents_index
+from pipeline.output.inspect import DOCUMENTS_INDEXES, load_documents_index
 from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardFormatError
 from pipeline.storage import is_remote
 from service.api import schemas
@@ -61,7 +62,7 @@ router = APIRouter(tags=["artifacts"])
 
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: files served whole, hashed on demand (small): the shard set's and a group's
-_SMALL = frozenset({MANIFEST, STATS, TOKENIZER, DOCUMENTS_INDEX})
+_SMALL = frozenset({MANIFEST, STATS, TOKENIZER, *DOCUMENTS_INDEXES})
 _GROUP_SMALL = frozenset({MANIFEST, TOKENIZER})
 #: entries kept in each cache (catalogs per output folder; digests per file)
 _CACHE_SIZE = 256
@@ -167,10 +168,11 @@ def build_catalog(folder: str) -> Catalog:
             continue  # a damaged manifest: none of its shards is served
         hashes.add(manifest.spec_hash)
         known.update({f"{prefix}{s.name}": Entry(s.bytes, s.sha256) for s in manifest.shards})
-    if DOCUMENTS_INDEX in files:
-        deps.append((os.path.join(folder, DOCUMENTS_INDEX), _stat_key(os.path.join(folder, DOCUMENTS_INDEX))))
+    index = next((n for n in DOCUMENTS_INDEXES if n in files), None)
+    if index is not None:
+        deps.append((os.path.join(folder, index), _stat_key(os.path.join(folder, index))))
         try:
-            known.update({p["name"]: Entry(p["bytes"], p["sha256"]) for p in load_documents_index(folder).parts})
+            known.update({p["name"]: Entry(p["bytes"], p["sha256"]) for p in load_documents_index(folder, index).parts})
         except (OSError, ShardFormatError):
             pass
     entries: dict[str, Entry] = {}

@@ -10,6 +10,11 @@ the page works on a machine without internet. They are read once, at import. Onl
 :data:`FILES` are served (no path from the request ever reaches the filesystem). A strict
 Content-Security-Policy lets the page run only its own script and talk only to its own origin, so even a job
 name crafted as HTML could not run code (the script also renders every value as text, never as markup).
+
+The page is a console as well as a view (submit, cancel, retry, logs, artifacts, schedules), all through the
+same ``/v1`` API with the same key. Nothing it needs widens the policy: a published file is fetched with the key
+and shown as text or saved from a ``blob:`` URL the page makes (a navigation, which no fetch directive
+governs), so ``img-src`` no longer admits ``data:`` and the page may load nothing from anywhere but itself.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ FILES = {
 _CONTENT = {name: (resources.files("service.dashboard") / name).read_bytes() for name in FILES}
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                               "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+                               "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     # revalidate each time, so a new release's script is never paired with an old page

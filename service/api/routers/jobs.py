@@ -6,7 +6,7 @@ import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
@@ -20,7 +20,7 @@ from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep, SupervisorDep
 from service.api.openapi import links
 from service.api.schemas import INT32_MAX, JobId
-from service.runner.job_process import LOG_FILE
+from service.runner.job_process import LOG_FILE, RAY_LOG_FILE
 from service.store import repo
 from service.store.db import Database
 from service.store.models import TERMINAL, JobState
@@ -36,6 +36,14 @@ _LOG = {"content": {"text/plain": {"schema": {"type": "string"}}}, "description"
         "headers": {"X-Attempt": {"schema": {"type": "integer"}, "description": "the attempt it is (0: none yet)"}}}
 _CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": schemas.Message, "description": "not possible in the job's state"}}
+#: a submission's 409s: the idempotency one is a message, the output folder's a problem at `output.path`
+_OUTPUT_CONFLICT: dict[str, Any] = {
+    "description": "the Idempotency-Key was used for another spec; or `output.path` holds an earlier run's output "
+                   "(set `output.overwrite`), an unfinished job of another spec, or files tokenmill did not write",
+    "content": {"application/json": {"schema": {"anyOf": [{"$ref": "#/components/schemas/Message"},
+                                                          {"$ref": "#/components/schemas/ProblemList"}]}}}}
+#: a spec may also be sent as written, in YAML (read by the edge: :mod:`service.api.yaml_body`)
+_YAML_BODY = {"requestBody": {"content": {"application/yaml": {"schema": {"$ref": "#/components/schemas/JobSpec"}}}}}
 #: what a created job's id leads to (not /events: a queued job's stream lasts until the job ends)
 _LINKS = links("job_id", {"GetJob": ("get", "/v1/jobs/{job_id}"), "CancelJob": ("post", "/v1/jobs/{job_id}/cancel"),
                           "RetryJob": ("post", "/v1/jobs/{job_id}/retry"), "GetLogs": ("get", "/v1/jobs/{job_id}/logs"),
@@ -46,19 +54,32 @@ _LINKS = links("job_id", {"GetJob": ("get", "/v1/jobs/{job_id}"), "CancelJob": (
     201: {"links": _LINKS},
     200: {"model": schemas.JobOut, "description": "the job this Idempotency-Key created earlier", "links": _LINKS},
     403: {"model": schemas.ProblemList, "description": "a path outside the configured roots"},
-    409: {"model": schemas.Message, "description": "the Idempotency-Key was used for another spec"},
-    422: {"model": schemas.ProblemList, "description": "an invalid spec: one problem per field path"},
-})
+    409: _OUTPUT_CONFLICT,
+    422: {"model": schemas.ProblemList, "description": "an invalid spec (one problem per field path), or an "
+                                                       "`output.path` that is, lies inside or contains an input"},
+}, openapi_extra=_YAML_BODY)
 def submit_job(spec: JobSpec, response: Response, key: KeyDep, db: DbDep, settings: SettingsDep,
                supervisor: SupervisorDep,
                idempotency_key: Annotated[str | None, Header(max_length=255, min_length=1)] = None) -> schemas.JobOut:
-    """Queue a job. The body is a job spec, as for `tokenmill run`, with absolute paths inside the service's roots.
+    """Queue a job. The body is a job spec, as for `tokenmill run` (JSON, or YAML with `Content-Type:
+    application/yaml`), with absolute paths inside the service's roots.
 
+    The output folder is checked as `tokenmill run` checks it, at once: 409 when it holds an earlier run's
+    output without `output.overwrite`, an unfinished job of another spec, or files tokenmill did not write;
+    422 when it overlaps an input. A job queued behind another on the same folder is accepted.
     With an `Idempotency-Key` header, repeating the request returns the job the first one created (200)."""
+    data = spec.model_dump(mode="json")
+    with db.read() as s:  # a repeat gets its job whatever its run has put in the folder since
+        earlier = repo.repeated_job(s, data, idempotency_key=idempotency_key, api_key_id=key.id)
+        repeat = schemas.JobOut.of(earlier) if earlier is not None else None
+    if repeat is not None:
+        response.headers["Location"] = f"/v1/jobs/{repeat.id}"
+        response.status_code = status.HTTP_200_OK
+        return repeat
     admit(spec, settings)
     with db.session() as s:
         job, created = repo.create_job(
-            s, spec.model_dump(mode="json"), name=spec.name, spec_hash=spec.content_hash(),
+            s, data, name=spec.name, spec_hash=spec.content_hash(),
             output_path=os.path.realpath(spec.output.path), idempotency_key=idempotency_key, api_key_id=key.id)
         out = schemas.JobOut.of(job)
     response.headers["Location"] = f"/v1/jobs/{out.id}"
@@ -124,15 +145,18 @@ def retry_job(job_id: JobId, key: KeyDep, db: DbDep, supervisor: SupervisorDep) 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse, responses={**_NOT_FOUND, 200: _LOG})
 def get_logs(job_id: JobId, key: KeyDep, db: DbDep,
              attempt: Annotated[int | None, Query(ge=1, le=INT32_MAX, description="default: the latest")] = None,
-             tail_bytes: Annotated[int, Query(ge=0, le=MAX_LOG_BYTES)] = MAX_LOG_BYTES) -> PlainTextResponse:
-    """The job process's log (its output and Ray's), the last `tail_bytes` of it."""
+             tail_bytes: Annotated[int, Query(ge=0, le=MAX_LOG_BYTES)] = MAX_LOG_BYTES,
+             source: Annotated[Literal["job", "ray"], Query(description=(
+                 "`job`: the job process's log, tokenmill's own lines; `ray`: Ray's output (its core, its loggers, "
+                 "Ray Data's), kept apart"))] = "job") -> PlainTextResponse:
+    """The job process's log (`source=job`, tokenmill's lines) or its Ray's (`source=ray`), the last `tail_bytes`."""
     with db.read() as s:
         job = repo.get_job(s, job_id)
         number = attempt or job.attempt
         if number == 0:
             return PlainTextResponse("", headers={"X-Attempt": "0"})
         run_dir = repo.get_attempt(s, job_id, number).run_dir
-    text = _tail(Path(run_dir) / LOG_FILE, tail_bytes)
+    text = _tail(Path(run_dir) / (RAY_LOG_FILE if source == "ray" else LOG_FILE), tail_bytes)
     return PlainTextResponse(text, headers={"X-Attempt": str(number)})
 
 

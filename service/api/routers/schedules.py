@@ -6,9 +6,10 @@ match no file yet: each run checks the files it reads. It also needs an ``exact_
 stage (a refresh drops there what earlier versions published), an output folder outside its inputs, and a
 folder no other schedule publishes into or around (409).
 
-A new schedule on a folder that already holds versions (a deleted schedule's: its history went, its folders
-stayed) adopts those this service's jobs published: they are listed and served as its own, numbering goes on
-after them, later runs dedup against them and load the first one's tokenizer. A version no job of this
+A deleted schedule's versions stay served under its id (``versions``, ``versions/N/artifacts``; its other
+routes are 404). A new schedule on a folder that already holds versions (a deleted schedule's: its history
+went, its folders stayed) adopts those this service's jobs published: they are listed and served as its own,
+numbering goes on after them, later runs dedup against them and load the first one's tokenizer. A version no job of this
 service wrote, or one still being written, is a 409 naming it (:func:`service.store.repo.adopt_versions`).
 """
 
@@ -65,7 +66,7 @@ def check_spec(spec: JobSpec, settings: Settings, others: dict[str, str], own_id
             ("stages",), "a schedule needs an exact_dedup or near_dedup stage: each run drops there the "
                          "documents earlier versions published", "dedup_required")], _SPEC_AT)
     try:
-        admit(spec, settings)
+        admit(spec, settings, versioned=True)
     except Refused as exc:  # a path matching nothing yet is fine: each run checks the files it reads
         kept = [p for p in exc.problems if p.kind != NO_MATCH]
         if kept:
@@ -165,7 +166,8 @@ def update_schedule(schedule_id: ScheduleId, body: schemas.SchedulePatch, key: K
     **_NOT_FOUND, 409: {"model": schemas.Message, "description": "a run is going"}})
 def delete_schedule(schedule_id: ScheduleId, key: KeyDep, db: DbDep) -> Response:
     """Delete the schedule and its history. The published versions stay on disk (a trainer may be reading
-    them) but are no longer served, until a schedule created on the same folder adopts them."""
+    them) and stay served under this id (`.../versions`, `.../versions/N/artifacts`, `latest` the newest at
+    deletion); the schedule's other routes answer 404. A schedule created on the same folder adopts them."""
     with db.session() as s:
         repo.delete_schedule(s, schedule_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -208,8 +210,8 @@ def list_runs(schedule_id: ScheduleId, key: KeyDep, db: DbDep,
 
 @router.get("/{schedule_id}/versions", response_model=schemas.VersionList, responses=_NOT_FOUND)
 def list_versions(schedule_id: ScheduleId, key: KeyDep, db: DbDep) -> schemas.VersionList:
-    """Published versions, oldest first; `latest` is the number `versions/latest` redirects to."""
+    """Published versions, oldest first; `latest` is the number `versions/latest` redirects to. A deleted
+    schedule's are still listed (and served), as they were when it was deleted."""
     with db.read() as s:
-        repo.get_schedule(s, schedule_id)
-        items = [schemas.VersionOut.of(v) for v in repo.versions_of(s, schedule_id)]
+        items = [schemas.VersionOut.of(v) for v in repo.served_versions(s, schedule_id)]
     return schemas.VersionList(items=items, latest=items[-1].number if items else None)

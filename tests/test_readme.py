@@ -1,0 +1,178 @@
+"""The README is executable: its shell blocks run here as written (issue 22).
+
+``tests/readme_blocks.py`` reads the blocks and their markers. Each scenario runs in a scratch folder as one bash
+script with ``.venv/bin`` first on ``PATH`` (so ``tokenmill`` and ``.venv/bin/tokenmill`` are the same program), the
+inputs it expects generated there, and the repository's ``.venv`` and ``training/`` linked in (the README's commands
+name ``.venv/bin/...`` and ``training/configs/...`` from the repository's root). A wrong flag, an empty key or a
+command that fails stops the script (``set -euo pipefail``) and fails the test with the README line it came from.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests import readme_blocks as rb
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+REPO = Path(__file__).resolve().parents[1]
+
+WORDS = ("the of and to in is that it was for on are as with his they at be this from have or by one had not but "
+         "what all were when we there can an your which their said if do will each about how up out them then she "
+         "many some so these would other into has more her two like him see time could no make than first been its "
+         "who now people my made over did down only way find use may water long little very after words called just "
+         "where most know river garden market winter station letter morning village teacher window kitchen doctor "
+         "history music summer forest mountain island harbor bridge engine library theatre castle valley").split()
+
+
+def _doc(rng: random.Random, sentences: int) -> str:
+    out = []
+    for _ in range(sentences):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(8, 16))]
+        out.append(" ".join(words).capitalize() + ".")
+    return " ".join(out)
+
+
+def _run(scenario: rb.Scenario, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """The scenario's files laid out, then its commands as one script; killed as a process group afterwards
+    (a server the README starts in the background included)."""
+    for rel, text in scenario.files.items():
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / rel).write_text(text, encoding="utf-8")
+    (cwd / ".venv").symlink_to(REPO / ".venv")
+    (cwd / "training").symlink_to(REPO / "training")
+    script = cwd / "readme.sh"
+    script.write_text("set -euo pipefail\n" + scenario.script(), encoding="utf-8")
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENMILL_") or k == "TOKENMILL_IN_NETNS"}
+    env |= {"PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1", "TERM": "dumb"}
+    proc = subprocess.Popen(["bash", str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the README's {scenario.name} commands ran past {timeout} s\n{out[-4000:]}\n{err[-4000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    (cwd / "readme.out").write_text(out + "\n--- stderr\n" + err, encoding="utf-8")  # to read after a failure
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert result.returncode == 0, (f"the README's {scenario.name} commands failed ({result.returncode})\n"
+                                    f"--- stdout\n{out[-6000:]}\n--- stderr\n{err[-6000:]}")
+    return result
+
+
+# ---- the markers -----------------------------------------------------------------------------------------------
+
+
+def test_every_shell_block_of_the_readme_is_run_or_says_why_not():
+    unmarked = rb.unmarked_shell_blocks()
+    assert unmarked == [], "README shell blocks with no `<!-- readme: run|skip ... -->` marker: " + ", ".join(
+        f"line {b.line}" for b in unmarked)
+    skipped = [b for b in rb.blocks() if b.action == "skip"]
+    assert all(b.args and len(b.args[0]) > 20 for b in skipped), "a skipped block must say why"
+    assert {"own-job", "control-plane"} <= set(rb.scenarios())
+
+
+def test_the_marker_parser_finds_unmarked_blocks_and_groups_scenarios():
+    text = ("intro\n<!-- readme: run a -->\n```bash\necho 1\n```\n```bash\necho unmarked\n```\n"
+            "<!-- readme: file a x/job.yaml -->\n```yaml\nk: v\n```\n<!-- readme: run a -->\n```bash\necho 2\n```\n"
+            "<!-- readme: skip needs a cluster of its own -->\n```bash\nray up\n```\n```yaml\nnot: a command\n```\n")
+    assert [b.line for b in rb.unmarked_shell_blocks(text)] == [6]
+    sc = rb.scenarios(text)["a"]
+    assert sc.files == {"x/job.yaml": "k: v\n"}
+    assert [b.text for b in sc.commands] == ["echo 1\n", "echo 2\n"]
+    assert "# README.md line 3\necho 1" in sc.script()
+    with pytest.raises(ValueError, match="takes a scenario and a path"):
+        rb.scenarios("<!-- readme: file a -->\n```yaml\nk: v\n```\n")
+
+
+# ---- "Running your own job": the YAML example with all its stages, inspect, report, training -------------------
+
+
+def _own_job_inputs(cwd: Path) -> dict[str, object]:
+    """What the README's job.yaml reads: data/*.jsonl.gz, sft/*.jsonl, old/documents/*.parquet, bench/*.jsonl.gz;
+    with duplicates, near duplicates, PII and a benchmark item for the stages to find."""
+    rng = random.Random(7)
+    docs = [_doc(rng, rng.randint(6, 14)) for _ in range(400)]
+    item = {"id": "q1", "question": "A train leaves the harbor at noon carrying forty two crates of green apples "
+            "and travels north along the valley river for three hours",
+            "answer": "It arrives at three in the afternoon"}
+    records = [{"id": f"d{i}", "text": t} for i, t in enumerate(docs)]
+    records += [{"id": "dup", "text": docs[3]}, {"id": "near", "text": docs[5] + " and the river"}]
+    records += [{"id": "pii", "text": _doc(rng, 8) + " Write to jane.doe@example.com or call 212-555-0199."}]
+    records += [{"id": "leak", "text": _doc(rng, 8) + " " + item["question"] + " " + item["answer"] + "."}]
+    (cwd / "data").mkdir()
+    with gzip.open(cwd / "data" / "web.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    (cwd / "sft").mkdir()
+    (cwd / "sft" / "chat.jsonl").write_text("".join(
+        json.dumps({"instruction": _doc(rng, 2), "input": "", "output": _doc(rng, 4)}) + "\n" for _ in range(30)))
+    (cwd / "old" / "documents").mkdir(parents=True)
+    old = [_doc(rng, 8) for _ in range(40)]
+    pq.write_table(pa.table({"id": [f"old{i}" for i in range(40)], "text": old,
+                             "meta": [json.dumps({"source": "old", "n": i}) for i in range(40)]}),
+                   cwd / "old" / "documents" / "part-000000.parquet")
+    (cwd / "bench").mkdir()
+    with gzip.open(cwd / "bench" / "arith.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(json.dumps({"benchmark": "arith", **item}) + "\n")
+    return {"records": len(records), "sft": 30, "old": 40}
+
+
+def test_running_your_own_job_as_written(tmp_path):
+    scenario = rb.scenarios()["own-job"]
+    assert "job.yaml" in scenario.files
+    _own_job_inputs(tmp_path)
+    result = _run(scenario, tmp_path, timeout=900)
+    out = tmp_path / "out" / "my-corpus"
+    manifest = json.loads((out / "manifest.json").read_text())
+    stats = json.loads((out / "stats.json").read_text())
+    dropped = {reason for s in stats["stages"] for reason in s.get("dropped", {})}
+    assert "exact_duplicate" in dropped and "decontaminate:arith" in dropped, dropped
+    pii = next(s for s in stats["stages"] if s["stage"].endswith("-pii"))
+    assert pii["counters"].get("entity:EMAIL_ADDRESS") == 1, pii
+    assert manifest["shards"] and "shard set" in result.stdout            # inspect
+    assert "lid" in result.stdout                                          # report: the annotating filter
+    assert "arith" in result.stdout                                        # contamination-report
+    assert list((tmp_path / "runs" / "tiny").rglob("*.jsonl"))            # training metrics
+    assert "Chinchilla" in result.stdout or "tokens" in result.stdout     # plan
+
+
+# ---- "The control plane": key, serve, submit, cancel and retry a running job, then `tokenmill submit --follow` --
+
+
+def test_the_control_plane_commands_as_written(tmp_path):
+    scenario = rb.scenarios()["control-plane"]
+    rng = random.Random(3)
+    raw = tmp_path / "data" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("a", "b"):
+        (raw / f"{name}.jsonl").write_text("".join(
+            json.dumps({"id": f"{name}{i}", "text": _doc(rng, 12)}) + "\n" for i in range(1500)))
+    result = _run(scenario, tmp_path, timeout=900)
+    out = result.stdout
+    ready = json.loads(out.splitlines()[0])                              # readyz, waited for
+    assert ready["status"] == "ready", ready
+    answers = [json.loads(line) for line in out.splitlines() if line.startswith('{"id"')]
+    assert [a["state"] for a in answers[:2]] == ["CANCELLING", "QUEUED"], answers  # cancel, then retry
+    detail = next(a for a in answers[2:] if "attempts" in a)
+    assert detail["state"] == "SUCCEEDED" and len(detail["attempts"]) == 2, detail
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    shards = tmp_path / "data" / "shards" / "web"
+    assert manifest == json.loads((shards / "manifest.json").read_text())
+    assert (tmp_path / "data" / "shards" / "cli" / "manifest.json").exists()   # submit with ../ paths
+    assert "SUCCEEDED" in out
