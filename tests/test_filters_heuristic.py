@@ -386,3 +386,52 @@ def test_annotate_mode_drops_nothing_and_records_verdicts():
     (doc,) = run(GopherRepetition, "\n\n".join([PROSE] * 3), mode="annotate").kept
     scores = doc["meta"]["filters"]["gopher_repetition"]["scores"]
     assert scores["dup_para_ratio"] == pytest.approx(2 / 3) and "dup_10gram_char_ratio" in scores
+
+
+# ---- the word splitter's affix fast path ---------------------------------------------------------------------
+
+_AFFIX_CASES = [
+    "word,", "word;", "word:", "word!", "word?", "word)", "(word", "word.", "Word.", "AB.", "A.", "xA.", "a.",
+    "Straße,", "naïve.", "ÉCOLE.", "école.", "Ελλάδα,", "(Москва", "東京,", "cannot,", "(cannot", "Mr.", "etc.",
+    "e.g.", "U.S.,", "gonna!", "dont?", "o'clock,", "(a)", "((word", "word),", "word.)", "x,", "(x", "ſ.", "ǅ.",
+    "ﬁne.", "word\u0301,", "İstanbul.", "µ.",
+]
+
+
+def _corpus_chunks(limit: int = 60_000) -> list[str]:
+    """Distinct whitespace-separated chunks of ../shared/corpora text, where it exists (a fresh machine: none)."""
+    from bench.common import CORPORA, iter_jsonl
+
+    paths = sorted(CORPORA.glob("english/*.jsonl.gz")) + sorted(CORPORA.glob("web/*.jsonl.gz"))
+    seen: dict[str, None] = {}
+    for path in paths:
+        for i, rec in enumerate(iter_jsonl(path)):
+            for chunk in str(rec.get("text", "")).split():
+                seen[chunk] = None
+            if i >= 300 or len(seen) >= limit * (paths.index(path) + 1) // len(paths):
+                break
+    return list(seen)
+
+
+@pytest.mark.parametrize("lang", ["en", "xx", "hi"])
+def test_the_affix_fast_path_gives_spacys_tokens(lang):
+    """Every chunk the fast path splits, spaCy splits the same way (its own tokenizer, asked directly)."""
+    from pipeline.filters.text import WordSplitter
+
+    s = WordSplitter(lang)
+    assert s._base_affixes
+    chunks = list(dict.fromkeys(_AFFIX_CASES + (_corpus_chunks() if lang == "en" else [])))
+    fast = {c: s._affix_split(c) for c in chunks}
+    taken = [c for c, split in fast.items() if split is not None]
+    assert {c: fast[c] for c in taken} == dict(zip(taken, s._tokenize(taken), strict=True))
+    assert {"word,", "(word", "word.", "Straße,", "(Москва"} <= set(taken)
+    assert not {"A.", "xA.", "U.S.,", "word),"} & set(taken)  # spaCy's own rules decide these
+    if lang == "en":
+        assert not {"cannot,", "Mr.", "(cannot"} & set(taken)  # English special cases
+
+
+def test_languages_with_their_own_affix_rules_always_ask_spacy():
+    from pipeline.filters.text import WordSplitter
+
+    for lang in ("de", "fr", "ja"):
+        assert not WordSplitter(lang)._base_affixes
