@@ -32,7 +32,6 @@ from pipeline.preflight import problems as preflight_problems
 from pipeline.preflight import readable_problems
 from pipeline.problems import Loc, Problem, SpecError
 from pipeline.spec import JobSpec
-from pipeline.stages import stage_class
 from service import confine
 from service.settings import Settings
 
@@ -118,18 +117,13 @@ def beside_schema(data: Any, settings: Settings) -> list[Problem]:
 
 def _paths_readable(stage: Any, roots: confine.Roots) -> bool:
     """A stage entry whose path parameters (``dedup_against``...) all lie inside the roots."""
-    if not isinstance(stage, dict) or not isinstance(stage.get("params", {}), dict):
+    if not isinstance(stage, dict) or not isinstance(params := stage.get("params", {}), dict):
         return False
     try:
-        names = stage_class(str(stage.get("type"))).path_params
+        return all(v is None or confine.readable(v, roots)
+                   for _, v in confine.stage_path_values(str(stage.get("type")), params))
     except (KeyError, ValueError):
         return False
-    for name in names:
-        value = stage.get("params", {}).get(name)
-        if value is not None and not all(confine.readable(v, roots) for v in
-                                         (value if isinstance(value, list) else [value])):
-            return False
-    return True
 
 
 def output_refusal(spec: JobSpec) -> Refused | None:

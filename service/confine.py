@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,15 +81,22 @@ def problems(spec: Any, roots: Roots, expand: bool = True) -> list[PathProblem]:
     if spec.tokenizer is not None and spec.tokenizer.path:
         found += _check_read(("tokenizer", "path"), spec.tokenizer.path, roots, expand=False)
     for i, stage in enumerate(spec.stages):
-        for param in stage_class(stage.type).path_params:
-            value = stage.params.get(param)
-            values = value if isinstance(value, list) else [value]
-            for k, v in enumerate(values):
-                if isinstance(v, str) and v:
-                    loc = ("stages", i, "params", param) + ((k,) if isinstance(value, list) else ())
-                    found += _check_read(loc, v, roots, expand)
+        for at, v in stage_path_values(stage.type, stage.params):
+            if isinstance(v, str) and v:
+                found += _check_read(("stages", i, "params", *at), v, roots, expand)
     found += _check_write(("output", "path"), spec.output.path, roots)
     return found
+
+
+def stage_path_values(stage_type: str, params: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], Any]]:
+    """``(where below params, value)`` of each path a stage's params name (``Stage.path_params``; a list param
+    gives one per item); KeyError for an unknown stage type."""
+    for param in stage_class(stage_type).path_params:
+        value = params.get(param)
+        if isinstance(value, list):
+            yield from (((param, k), v) for k, v in enumerate(value))
+        else:
+            yield (param,), value
 
 
 def readable(raw: Any, roots: Roots) -> bool:
