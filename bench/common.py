@@ -34,3 +34,11 @@ def iter_jsonl(path: Path) -> Iterator[dict]:
 
 def default_paths(*relative: str) -> list[Path]:
     return [CORPORA / r for r in relative if (CORPORA / r).exists()]
+
+
+def emit_json(result: dict, path: Path | None = None) -> None:
+    """A bench's result as its last stdout line (what scripts read), and in ``path`` too when given."""
+    line = json.dumps(result)
+    if path:
+        path.write_text(line + "\n")
+    print(line)

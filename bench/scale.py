@@ -67,7 +67,10 @@ job and the pools freed.
 
 Printed: a table per size (phase, wall s, s/GB, CPU-s, CPU-s/GB, cores busy), one across the sizes, then one
 JSON line: ``sizes_gb``, ``per_size`` (every figure above), ``growth`` (s/GB at the largest size / at the
-smallest), ``driver_rss_growth`` and ``max_rss_growth`` (the same for peak RSS), ``core_hours_per_tb``
+smallest), ``driver_rss_growth`` (the same for the driver's peak RSS), ``max_rss_growth`` (for the largest
+process's private memory, ``RssAnon`` as sampled: ``VmHWM`` also counts the pages of Ray's shared object store a
+worker maps while it reads a block, which belong to the node's object-store budget, not to the process; the
+``VmHWM`` ratio is ``max_hwm_growth``), ``core_hours_per_tb``
 (CPU-s per GB at the largest size x 1000 / 3600), ``cost_slope`` (least squares of CPU-seconds against GB:
 ``slope`` in CPU-s per GB, ``intercept`` in CPU-s), ``spilled_gb`` (largest size). Sizes of 0.1 GB or less are a
 smoke test: the fixed costs (Ray start, the tokenizer's training, the model loads) dominate them.
@@ -102,7 +105,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import CORPORA, REPO, iter_jsonl
+from bench.common import CORPORA, REPO, emit_json, iter_jsonl
 
 # ---------------------------------------------------------------- the corpus
 
@@ -717,7 +720,7 @@ def measure(size_gb: float, corpus: Corpus, run_dir: Path, args: argparse.Namesp
         "tokens": stats.get("output", {}).get("tokens"), "shards": stats.get("output", {}).get("shards"),
         "stages": {k: {"docs_in": s.get("docs_in"), "docs_out": s.get("docs_out"), "seconds": s.get("seconds")}
                    for k, s in stages.items()},
-        "dropped": dropped,
+        "dropped": dropped, "coverage": stats.get("coverage"),
     }
 
 
@@ -773,7 +776,7 @@ def summary(records: list[dict[str, Any]], sizes: list[float]) -> dict[str, Any]
     return {
         "bench": "scale", "sizes_gb": sizes, "per_size": records,
         "growth": ratio("s_per_gb"), "driver_rss_growth": ratio("driver_peak_rss_mb"),
-        "max_rss_growth": ratio("max_rss_mb"),
+        "max_rss_growth": ratio("max_anon_mb"), "max_hwm_growth": ratio("max_rss_mb"),
         "core_hours_per_tb": round(large["cpu_s_per_gb"] * 1000 / 3600, 1),
         "cost_slope": {"slope": round(slope, 1), "intercept": round(intercept, 1)},
         "spilled_gb": round(large["spilled_mb"] / 1000, 3),
@@ -849,10 +852,7 @@ def main() -> None:
               f"{r['driver_peak_rss_mb']:>14.0f} {r['max_rss_mb']:>11.0f} {r['spilled_mb']:>11.0f} "
               f"{r['disk_peak_mb']:>13.0f}")
     result = summary(records, sorted(sizes))
-    line = json.dumps(result)
-    if args.json:
-        args.json.write_text(line + "\n")
-    print(line)
+    emit_json(result, args.json)
 
 
 if __name__ == "__main__":

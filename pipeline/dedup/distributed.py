@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
@@ -37,6 +37,24 @@ DROP_SCHEMA = pa.schema([("ord", pa.int64()), ("reason", pa.string()), ("detail"
 #: what a named result holds: the values inside the task, their object references at the caller
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a task body that takes the stage's recorder first and reports its seconds to it, so that a
+    dedup stage's ``seconds`` in ``stats.json`` count every task it ran (bands, verification, components,
+    routing), not only the ones that touch documents. A None recorder reports nothing."""
+
+    def run(recorder: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            if recorder is not None:
+                recorder.counts(seconds=time.perf_counter() - t0)
+
+    # not functools.wraps: Ray reads the signature, and __wrapped__ would show fn's (without the recorder)
+    run.__name__, run.__qualname__, run.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return run
 
 
 def call(fn: Any, n_out: int, *args: Any, **options: Any) -> list[ray.ObjectRef]:
@@ -107,6 +125,7 @@ def default_partitions() -> int:
 # ---- document blocks ----------------------------------------------------------------------------
 
 @ray.remote(num_cpus=1)  # whole CPUs: fractional tasks would start extra worker processes
+@timed
 def _block_stats(table: pa.Table) -> tuple[int, int, int, int, bool]:
     """(rows, min ord, max ord, text bytes, ords sorted) of one block."""
     if table.num_rows == 0:
@@ -135,10 +154,10 @@ class DocBlocks:
         return len(self.bounds)
 
     @classmethod
-    def from_dataset(cls, ds: Any, _sorted: bool = False) -> DocBlocks:
+    def from_dataset(cls, ds: Any, recorder: Any = None, _sorted: bool = False) -> DocBlocks:
         """Materialize ``ds``; when its blocks' ord ranges overlap, sort it by ord first (a shuffle)."""
         refs = ds.materialize().to_arrow_refs()
-        stats = ray.get([_block_stats.remote(r) for r in refs]) if refs else []
+        stats = ray.get([_block_stats.remote(recorder, r) for r in refs]) if refs else []
         rows = np.array([s[0] for s in stats], dtype=np.int64)
         lo = np.array([s[1] for s in stats], dtype=np.int64)
         hi = np.array([s[2] for s in stats], dtype=np.int64)
@@ -148,7 +167,7 @@ class DocBlocks:
         if len(order) > 1 and np.any(lo[order[1:]] <= hi[order[:-1]]):
             if _sorted:
                 raise ValueError("dedup needs unique 'ord' values: blocks overlap even after sorting by ord")
-            return cls.from_dataset(ds.sort("ord"), _sorted=True)
+            return cls.from_dataset(ds.sort("ord"), recorder, _sorted=True)
         want = max(cluster_cpus(), int(np.ceil(nbytes.sum() / GROUP_BYTES)))
         ngroups = max(1, min(len(order), want))
         group = np.full(len(refs), -1, dtype=np.int64)
@@ -219,6 +238,7 @@ class LargeStar(Generic[T]):
 
 
 @ray.remote(num_cpus=1)
+@timed
 def _large_star_task(parts: int, *pieces: np.ndarray) -> Any:
     pairs = np.concatenate([p for p in pieces if len(p)]) if any(len(p) for p in pieces) else g.EMPTY_PAIRS
     new, labels, fp = g.large_star(pairs)
@@ -228,6 +248,7 @@ def _large_star_task(parts: int, *pieces: np.ndarray) -> Any:
 
 
 @ray.remote(num_cpus=1)
+@timed
 def _small_star_task(parts: int, *pieces: np.ndarray) -> Any:
     pairs = np.concatenate([p for p in pieces if len(p)]) if any(len(p) for p in pieces) else g.EMPTY_PAIRS
     new = g.symmetrize(g.small_star(pairs))
@@ -244,27 +265,29 @@ def partition_pairs(pairs: np.ndarray, parts: int) -> list[np.ndarray]:
     return [x[0] for x in g.split_by(g.partition_of(sym[:, 0], parts), parts, sym)]
 
 
-def connected_components(inputs: list[Pairs[ray.ObjectRef]], parts: int, max_rounds: int = 100
-                         ) -> tuple[list[ray.ObjectRef], int]:
+def connected_components(inputs: list[Pairs[ray.ObjectRef]], parts: int, max_rounds: int = 100,
+                         recorder: Any = None) -> tuple[list[ray.ObjectRef], int]:
     """Distributed components of pairs from many sources, each split by partition (as
     :func:`partition_pairs` does). Returns per partition a reference to an (n, 2) array of
     (node, smallest node of its component) for every non-smallest node, and the rounds used."""
     current = transpose([i.pairs for i in inputs])
     previous = None
     for rnd in range(1, max_rounds + 1):
-        outs = [start(_large_star_task, LargeStar, {"pairs": parts}, parts, *current[j]) for j in range(parts)]
+        outs = [start(_large_star_task, LargeStar, {"pairs": parts}, recorder, parts, *current[j])
+                for j in range(parts)]
         fps = ray.get([o.fingerprint for o in outs])
         fingerprint = (sum(f[0] for f in fps), sum(f[1] for f in fps) % (1 << 64))
         if fingerprint == previous:
             return [o.labels for o in outs], rnd
         previous = fingerprint
         small_in = transpose([o.pairs for o in outs])
-        small = [start(_small_star_task, Pairs, {"pairs": parts}, parts, *small_in[j]) for j in range(parts)]
+        small = [start(_small_star_task, Pairs, {"pairs": parts}, recorder, parts, *small_in[j]) for j in range(parts)]
         current = transpose([o.pairs for o in small])
     raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
 
 
 @ray.remote(num_cpus=1)
+@timed
 def write_part(folder: str, table_name: str, part: int, schema: pa.Schema, *pieces: pa.Table) -> int:
     """Write partition ``part`` of one index table from the pieces every task produced for it."""
     tables = [p for p in pieces if p.num_rows]

@@ -49,6 +49,7 @@ def _hash_map(table: pa.Table, casefold: bool, parts: int, recorder: Any) -> Any
 
 
 @ray.remote(num_cpus=1)
+@dr.timed
 def _exact_reduce(part: int, parts: int, bounds: np.ndarray, sources: list[IndexSource],
                   index_folder: str | None, *pieces: pa.Table) -> Any:
     """Keep the smallest ord per hash; drop the rest and everything already published (:class:`ExactDrops`)."""
@@ -99,7 +100,7 @@ def exact_dedup(p: ExactDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
     """The stage's work: see the module docstring of :mod:`pipeline.dedup.exact`."""
     sources = open_sources(p.dedup_against, NAME, p.index_params())
     parts = p.partitions or (sources[0].partitions if sources else dr.default_partitions())
-    blocks = dr.DocBlocks.from_dataset(ds)
+    blocks = dr.DocBlocks.from_dataset(ds, recorder)
     live = [ref for ref, n in zip(blocks.refs, blocks.rows, strict=True) if n > 0]
     folder = index_dir(ctx.output_dir, NAME) if (p.write_index and ctx.output_dir) else None
     if not live:
@@ -110,7 +111,7 @@ def exact_dedup(p: ExactDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
     maps = [start(_hash_map, HashRows, {"by_part": parts}, ref, p.casefold, parts, recorder) for ref in live]
     per_part = dr.transpose([m.by_part for m in maps])
     reduced = [
-        start(_exact_reduce, ExactDrops, {"by_group": blocks.groups}, j, parts, blocks.bounds, sources,
+        start(_exact_reduce, ExactDrops, {"by_group": blocks.groups}, recorder, j, parts, blocks.bounds, sources,
               str(folder) if folder else None, *per_part[j])
         for j in range(parts)
     ]

@@ -112,6 +112,7 @@ def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Any) -> An
 
 
 @ray.remote(num_cpus=1)
+@dr.timed
 def _band_reduce(part: int, parts: int, bounds: np.ndarray, sources: list[IndexSource], verify: bool,
                  max_bucket: int, *pieces: np.ndarray) -> Any:
     """Candidate pairs from the band rows of one key partition and of the published index (:class:`Candidates`)."""
@@ -158,6 +159,7 @@ def _pack_sets(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 @ray.remote(num_cpus=1)
+@dr.timed
 def _verify_hop1(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, cfg: NearConfig,
                  bounds: np.ndarray, parts: int, sources: list[IndexSource], *pieces: np.ndarray) -> Any:
     """At the group holding each pair's first new document: ship its shingle set towards the second;
@@ -204,6 +206,7 @@ def _published_sigs(sources: list[IndexSource], nodes: np.ndarray, num_perm: int
 
 
 @ray.remote(num_cpus=1)
+@dr.timed
 def _verify_hop2(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, cfg: NearConfig,
                  parts: int, *pieces: tuple) -> Any:
     """At the group holding each pair's second document: exact Jaccard, keep pairs >= threshold (:class:`Pairs`)."""
@@ -226,6 +229,7 @@ def _verify_hop2(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray
 
 
 @ray.remote(num_cpus=1)  # whole CPUs: a fractional task would start extra worker processes
+@dr.timed
 def _route_labels(bounds: np.ndarray, nsources: int, labels: np.ndarray) -> Any:
     """Labels (v, root) of new documents by where the root's id lives (:class:`RoutedLabels`)."""
     labels = labels[labels[:, 0] >= 0]
@@ -238,6 +242,7 @@ def _route_labels(bounds: np.ndarray, nsources: int, labels: np.ndarray) -> Any:
 
 
 @ray.remote(num_cpus=1)
+@dr.timed
 def _root_ids_new(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarray, bounds: np.ndarray,
                   *pieces: np.ndarray) -> Any:
     labels = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
@@ -248,6 +253,7 @@ def _root_ids_new(block_refs: list[ray.ObjectRef], lo: np.ndarray, hi: np.ndarra
 
 
 @ray.remote(num_cpus=1)
+@dr.timed
 def _root_ids_published(source: IndexSource, s: int, nsources: int, bounds: np.ndarray,
                         *pieces: np.ndarray) -> Any:
     labels = np.concatenate(pieces) if pieces else g.EMPTY_PAIRS
@@ -314,7 +320,7 @@ def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
     cfg = NearConfig.from_params(p)
     sources = open_sources(p.dedup_against, NAME, cfg.index_params())
     parts = p.partitions or (sources[0].partitions if sources else dr.default_partitions())
-    blocks = dr.DocBlocks.from_dataset(ds)
+    blocks = dr.DocBlocks.from_dataset(ds, recorder)
     folder = index_dir(ctx.output_dir, NAME) if (p.write_index and ctx.output_dir) else None
     live = [i for i, n in enumerate(blocks.rows) if n > 0]
     if not live:
@@ -326,12 +332,12 @@ def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
     maps = [start(_band_map, BandRows, {"bands": parts}, blocks.refs[i], cfg, parts, recorder, **gpu) for i in live]
     per_part = dr.transpose([m.bands for m in maps])
     runs = Candidates.runs(p.verify, blocks.groups, parts)
-    candidates = [start(_band_reduce, Candidates, runs, j, parts, blocks.bounds, sources, p.verify, p.max_bucket,
-                        *per_part[j]) for j in range(parts)]
-    edges = _verify(blocks, cfg, parts, sources, candidates) if p.verify \
+    candidates = [start(_band_reduce, Candidates, runs, recorder, j, parts, blocks.bounds, sources, p.verify,
+                        p.max_bucket, *per_part[j]) for j in range(parts)]
+    edges = _verify(blocks, cfg, parts, sources, candidates, recorder) if p.verify \
         else [Pairs(c.edges) for c in candidates]
-    labels, _rounds = dr.connected_components(edges, parts)
-    drops = _drops(blocks, sources, labels)
+    labels, _rounds = dr.connected_components(edges, parts, recorder=recorder)
+    drops = _drops(blocks, sources, labels, recorder)
     indexer = _Indexer(cfg, parts, tuple(m.sigs for m in maps), tuple(int(blocks.lo[i]) for i in live),
                        tuple(int(blocks.hi[i]) for i in live)) if folder is not None else None
     n_index = len(INDEX_TABLES) * parts if indexer else 0
@@ -339,7 +345,7 @@ def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
     result = ray.data.from_arrow_refs(out)
     if folder is not None:
         by_piece = dr.transpose(index_pieces)
-        written = {table: [dr.write_part.remote(str(folder), table, j, schema, *by_piece[t * parts + j])
+        written = {table: [dr.write_part.remote(recorder, str(folder), table, j, schema, *by_piece[t * parts + j])
                            for j in range(parts)]
                    for t, (table, schema) in enumerate(INDEX_TABLES)}
         counts = {table: int(sum(ray.get(refs))) for table, refs in written.items()}
@@ -353,35 +359,39 @@ def _group_args(blocks: dr.DocBlocks, k: int) -> tuple[list[ray.ObjectRef], np.n
 
 
 def _verify(blocks: dr.DocBlocks, cfg: NearConfig, parts: int, sources: list[IndexSource],
-            candidates: list[Candidates[ray.ObjectRef]]) -> list[Pairs[ray.ObjectRef]]:
+            candidates: list[Candidates[ray.ObjectRef]], recorder: Any) -> list[Pairs[ray.ObjectRef]]:
     """The verified edges: two hops through the groups (see the module docstring of :mod:`pipeline.dedup.near`)."""
     G = blocks.groups
     by_group = dr.transpose([c.to_verify for c in candidates])
     hop1 = []
     for k in range(G):
         refs, lo, hi = _group_args(blocks, k)
-        hop1.append(start(_verify_hop1, FirstHop, {"to_second": G, "edges": parts}, refs, lo, hi, cfg,
+        hop1.append(start(_verify_hop1, FirstHop, {"to_second": G, "edges": parts}, recorder, refs, lo, hi, cfg,
                           blocks.bounds, parts, sources, *by_group[k]))
     to_hop2 = dr.transpose([h.to_second for h in hop1])
     edges = [Pairs(h.edges) for h in hop1]
     for k in range(G):
         refs, lo, hi = _group_args(blocks, k)
-        edges.append(start(_verify_hop2, Pairs, {"pairs": parts}, refs, lo, hi, cfg, parts, *to_hop2[k]))
+        edges.append(start(_verify_hop2, Pairs, {"pairs": parts}, recorder, refs, lo, hi, cfg, parts,
+                           *to_hop2[k]))
     return edges
 
 
-def _drops(blocks: dr.DocBlocks, sources: list[IndexSource], labels: list[ray.ObjectRef]
+def _drops(blocks: dr.DocBlocks, sources: list[IndexSource], labels: list[ray.ObjectRef], recorder: Any
            ) -> list[list[ray.ObjectRef]]:
     """Per group, the drop tables of its documents, from the labels of every partition."""
     G, K = blocks.groups, len(sources)
-    routed = [start(_route_labels, RoutedLabels, {"to_groups": G, "to_sources": K}, blocks.bounds, K, lab)
+    routed = [start(_route_labels, RoutedLabels, {"to_groups": G, "to_sources": K}, recorder, blocks.bounds, K,
+                    lab)
               for lab in labels]
     to_group = dr.transpose([r.to_groups for r in routed])
     to_source = dr.transpose([r.to_sources for r in routed])
     drops = []
     for k in range(G):
         refs, lo, hi = _group_args(blocks, k)
-        drops.append(start(_root_ids_new, Drops, {"by_group": G}, refs, lo, hi, blocks.bounds, *to_group[k]))
+        drops.append(start(_root_ids_new, Drops, {"by_group": G}, recorder, refs, lo, hi, blocks.bounds,
+                           *to_group[k]))
     for s, src in enumerate(sources):
-        drops.append(start(_root_ids_published, Drops, {"by_group": G}, src, s, K, blocks.bounds, *to_source[s]))
+        drops.append(start(_root_ids_published, Drops, {"by_group": G}, recorder, src, s, K, blocks.bounds,
+                           *to_source[s]))
     return dr.transpose([d.by_group for d in drops])

@@ -7,9 +7,9 @@ so the reason is the same one datatrove gives. Where datatrove reads the paper i
 does the same, and says so on the parameter.
 
 Repetition is the expensive rule set (datatrove joins every n-gram into a string, n = 2..10). Here each word
-becomes an integer, an n-gram a 64-bit polynomial hash of its words' integers, computed for all positions at once
-with numpy; counting is a sort. The greedy scan of the "duplicate n-gram" rule visits only positions whose hash
-repeats, and once no n-gram of length n repeats, no longer one can: the scan stops there.
+becomes a 64-bit hash, an n-gram a polynomial hash of its words', computed for all positions at once with numpy;
+counting is a sort of only the positions where an n-gram can repeat (:class:`NGrams`). The greedy scan of the
+"duplicate n-gram" rule visits only positions whose n-gram repeats.
 """
 
 from __future__ import annotations
@@ -230,63 +230,74 @@ def _over(value: float, limit: float | None) -> bool:
 class NGrams:
     """Word n-gram statistics of one document, from 64-bit hashes of the n-grams (numpy, no n-gram strings).
 
+    Only n-grams that can repeat are looked at: the n-gram at ``i`` occurs twice only if the (n-1)-grams at
+    ``i`` and ``i + 1`` both do, so the positions examined for n are those two masks' intersection, usually a
+    small share of the document (common phrases), and the sort that finds repeats sorts only them. Counts
+    among these positions are exact for every repeated n-gram (all its occurrences are candidates).
+
     Two different n-grams get the same hash with probability ~2^-64 per pair: a document of a million words
-    has ~5e-8 chance of one false match.
+    has ~5e-8 chance of one false match. Words hash with Python's string hash (cached on the string objects
+    the word splitter returns; salted per process, so only that chance, never a decision, varies).
     """
 
     _MULT = np.uint64(0x9E3779B97F4A7C15)
-
     def __init__(self, words: list[str]):
         self.count = len(words)
-        vocab: dict[str, int] = {}
-        ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), dtype=np.uint64, count=self.count)
-        self._h1 = _mix64(ids)
+        self._h1 = _mix64(np.fromiter(map(hash, words), dtype=np.int64, count=self.count).view(np.uint64))
         lengths = np.fromiter(map(len, words), dtype=np.int64, count=self.count)
         self._ends = np.concatenate(([0], np.cumsum(lengths)))  # characters of words[:i] = _ends[i]
-        self._hashes: dict[int, np.ndarray] = {1: self._h1}
-        self._no_repeat_from: int | None = None  # smallest n known to have no repeated n-gram
+        self._n = 0  # the n of the arrays below
+        self._h = self._h1  # hash of the n-gram at every start position
+        self._rep = np.ones(self.count + 1, dtype=bool)  # n-gram at i occurs twice or more (n = 0: all)
+        self._top: tuple[int, int] = (0, 0)  # (count, first position) of the most frequent n-gram
 
-    def hashes(self, n: int) -> np.ndarray:
-        """Hash of the n-gram at every start position (``count - n + 1`` of them)."""
-        h = self._hashes.get(n)
-        if h is None:
-            prev = self.hashes(n - 1)
-            with np.errstate(over="ignore"):
-                h = prev[: self.count - n + 1] * self._MULT + self._h1[n - 1 :]
-            self._hashes[n] = h
-            if n - 2 > 1:
-                self._hashes.pop(n - 2, None)  # memory: two arrays besides the words'
-        return h
-
-    def _repeats(self, n: int) -> bool:
-        return self._no_repeat_from is None or n < self._no_repeat_from
+    def _advance(self, n: int) -> None:
+        """Move the arrays to ``n`` (from 1 again when asked for a smaller n than the last)."""
+        if n < self._n or self._n == 0:
+            self._n, self._h, self._rep = 0, self._h1, np.ones(self.count + 1, dtype=bool)
+        while self._n < n:
+            m = self._n + 1
+            size = self.count - m + 1
+            if m > 1:
+                with np.errstate(over="ignore"):
+                    self._h = self._h[:size] * self._MULT + self._h1[m - 1 :]
+            cand = np.flatnonzero(self._rep[:size] & self._rep[1 : size + 1])
+            rep = np.zeros(size + 1, dtype=bool)  # one more: the shifted view of the next n stays in range
+            top = (1, 0)
+            if cand.size > 1:
+                values = self._h[cand]
+                order = np.argsort(values)
+                ordered = values[order]
+                same = ordered[1:] == ordered[:-1]
+                if same.any():
+                    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+                    counts = np.diff(np.append(starts, ordered.size))
+                    firsts = np.minimum.reduceat(cand[order], starts)
+                    best = int(counts.max())
+                    top = (best, int(firsts[counts == best].min()))
+                    repeated = np.repeat(counts > 1, counts)
+                    rep[cand[order[repeated]]] = True
+            self._n, self._rep, self._top = m, rep, top
 
     def top_chars(self, n: int) -> int:
         """Characters covered by the most frequent n-gram: its length (words joined by spaces) times its count;
         among equally frequent ones the first to occur (``Counter.most_common``)."""
-        if self._repeats(n):
-            h = self.hashes(n)
-            _, first, counts = np.unique(h, return_index=True, return_counts=True)
-            top = int(counts.max())
-            if top > 1:
-                i = int(first[counts == top].min())
-                return (int(self._ends[i + n] - self._ends[i]) + n - 1) * top
-            self._no_repeat_from = n
-        return int(self._ends[n] - self._ends[0]) + n - 1  # every n-gram once: the first one
+        self._advance(n)
+        top, i = self._top
+        return (int(self._ends[i + n] - self._ends[i]) + n - 1) * top
 
     def dup_chars(self, n: int) -> int:
         """Characters of n-grams equal to an earlier, visited one; after such a match the scan jumps past it."""
-        if self.count < n or not self._repeats(n):
+        if self.count < n:
             return 0
-        h = self.hashes(n)
-        _, inverse, counts = np.unique(h, return_inverse=True, return_counts=True)
-        repeated = np.flatnonzero(counts[inverse] > 1)
+        self._advance(n)
+        hashes, repeats = self._h, self._rep
+        repeated = np.flatnonzero(repeats[: self.count - n + 1])
         if repeated.size == 0:
-            self._no_repeat_from = n
             return 0
         chars = (self._ends[repeated + n] - self._ends[repeated]).tolist()
         total, nxt, seen = 0, 0, set()
-        for pos, value, c in zip(repeated.tolist(), h[repeated].tolist(), chars, strict=True):
+        for pos, value, c in zip(repeated.tolist(), hashes[repeated].tolist(), chars, strict=True):
             if pos < nxt:
                 continue  # inside a duplicate just counted
             if value in seen:

@@ -30,12 +30,13 @@ import unicodedata
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from itertools import chain
+from itertools import chain, filterfalse
 from typing import Any
 
 import numpy as np
 import regex
 
+from pipeline.filters.affix_search import prefix_matcher, suffix_searcher
 from pipeline.stages.base import Verdict
 
 #: The default language of a document without ``meta["lang"]`` (the published rules are for English).
@@ -48,6 +49,7 @@ _NO_SPACE_SPLIT = regex.compile(f"({_NO_SPACE_CHAR.pattern})")
 _WHITESPACE_RUNS = re.compile(r"(\s+)")
 #: punctuation spaCy's base rules split off the end of any word (:meth:`WordSplitter._affix_split`)
 _SPLIT_SUFFIXES = frozenset(",;:!?)")
+_ASCII_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 #: ISO 639-3 (and GlotLID's ``xxx_Script``) codes of the languages this module knows, to their ISO 639-1 code.
 _ISO3 = {
@@ -144,7 +146,8 @@ def find_duplicates(items: Iterable[str]) -> tuple[int, int]:
 def _spacy_tokenizer(lang: str) -> tuple[Any, frozenset[str], frozenset[str]]:
     """spaCy's rule-based tokenizer of ``lang`` (``xx``, multi-language, for a language spaCy lacks), the keys of
     its special cases, and the sentencizer's punctuation. Built like ``spacy.blank(lang).tokenizer`` without
-    loading a pipeline and its registry (several times faster)."""
+    loading a pipeline and its registry (several times faster), with equivalent prefix and suffix searches that
+    scan less (:mod:`pipeline.filters.affix_search`)."""
     # spaCy imports thinc (seconds): only in a worker that splits words, never to validate a spec
     from spacy.pipeline import Sentencizer
     from spacy.tokenizer import Tokenizer
@@ -158,8 +161,10 @@ def _spacy_tokenizer(lang: str) -> tuple[Any, frozenset[str], frozenset[str]]:
     tok = Tokenizer(
         Vocab(),
         rules=defaults.tokenizer_exceptions,
-        prefix_search=compile_prefix_regex(defaults.prefixes).search if defaults.prefixes else None,
-        suffix_search=compile_suffix_regex(defaults.suffixes).search if defaults.suffixes else None,
+        prefix_search=(prefix_matcher(defaults.prefixes) or compile_prefix_regex(defaults.prefixes).search)
+        if defaults.prefixes else None,
+        suffix_search=(suffix_searcher(defaults.suffixes) or compile_suffix_regex(defaults.suffixes).search)
+        if defaults.suffixes else None,
         infix_finditer=compile_infix_regex(defaults.infixes).finditer if defaults.infixes else None,
         token_match=defaults.token_match,
         url_match=defaults.url_match,
@@ -185,14 +190,14 @@ class WordSplitter:
     """Words of a text as spaCy's rules for ``lang`` split them (datatrove's ``split_into_words``), fast.
 
     ``words(text)`` returns the tokens without whitespace tokens; ``sentences(lines)`` counts sentences as spaCy's
-    sentencizer does (datatrove's ``split_into_sentences``). Results per chunk are cached (``max_cache``
-    entries, then the cache starts over); the last few texts' word lists are memoized so that several filters
-    in one worker split a document once. Do not modify the lists it returns.
+    sentencizer does (datatrove's ``split_into_sentences``). Results per chunk are cached in two generations
+    (``max_cache`` entries each: when the current one is full it becomes the previous one, and a chunk found
+    there moves back, so memory stays bounded and the frequent chunks are kept); the word lists of the last
+    texts (up to ``memo_words`` words in all, a batch's worth: filters run batch by batch, one after the other)
+    are memoized, so that the filters of one worker split a document once. Do not modify the lists it returns.
     """
 
-    _MEMO = 4
-
-    def __init__(self, lang: str, max_cache: int = 400_000):
+    def __init__(self, lang: str, max_cache: int = 1_000_000, memo_words: int = 2_000_000):
         self.lang = lang
         self.no_space = lang in NO_SPACE_LANGS
         self._tok, self._special, punct = _spacy_tokenizer("xx" if self.no_space else lang)
@@ -200,8 +205,10 @@ class WordSplitter:
         self._punct_chars = punct
         self._maybe_sentence_end = re.compile("[" + re.escape("".join(sorted(punct))) + "]")
         self._cache: dict[str, tuple[str, ...]] = {}
+        self._old: dict[str, tuple[str, ...]] = {}  # the previous generation of the cache
         self._max_cache = max_cache
         self._memo: OrderedDict[str, list[str]] = OrderedDict()
+        self._memo_words, self._memo_limit = 0, memo_words
         self._kind: dict[str, int] = {}  # token -> 1 sentence-ending char, 2 other punctuation, 0 else
         self._lock = threading.Lock()  # Ray may run batches of one actor in threads
 
@@ -216,8 +223,9 @@ class WordSplitter:
                 return hit
             self._ensure(chunks)
             out = memo[text] = list(chain.from_iterable(map(self._cache.__getitem__, chunks)))
-            if len(memo) > self._MEMO:
-                memo.popitem(last=False)
+            self._memo_words += len(out)
+            while self._memo_words > self._memo_limit and len(memo) > 1:
+                self._memo_words -= len(memo.popitem(last=False)[1])
         return out
 
     def sentences(self, lines: Sequence[str]) -> int:
@@ -265,13 +273,20 @@ class WordSplitter:
         """Put every chunk in the cache (one spaCy call for those it lacks); call with the lock held."""
         cache = self._cache
         wanted = set(chunks)
-        missing = {c for c in wanted if c not in cache}
+        missing = set(filterfalse(cache.__contains__, wanted))  # no bytecode per chunk
         if not missing:
             return
-        if len(cache) + len(missing) > self._max_cache:  # start over: memory stays bounded
-            cache = self._cache = {}
+        if len(cache) + len(missing) > self._max_cache:  # a new generation: memory stays bounded
+            self._old, cache = cache, {}
+            self._cache = cache
             self._kind = {}
             missing = wanted
+        old = self._old
+        if old:  # what the previous generation knew moves over: the frequent chunks are never asked again
+            known = set(filter(old.__contains__, missing))  # not missing & old: that would walk all of old
+            if known:
+                cache.update((c, old[c]) for c in known)
+                missing -= known
         ask: list[str] = []
         scripts: list[tuple[str, list[str]]] = []
         for chunk in missing:
@@ -300,33 +315,53 @@ class WordSplitter:
 
         Why these are exact under spaCy's base rules: the chunk and its word are no special case (checked), a
         word of letters matches no URL, infix or further affix rule, and ``, ; : ! ? ( )`` are split off
-        unconditionally (``LIST_PUNCT``), a period only after a lowercase letter (a lone capital's ``A.`` stays
-        whole, ``xA.`` too), as ``tests/test_filters_heuristic.py`` checks against spaCy itself."""
+        unconditionally (``LIST_PUNCT``), a period only after a lowercase letter or two capitals (a lone
+        capital's ``A.`` stays whole, ``xA.`` too), as ``tests/test_filters_heuristic.py`` checks against spaCy
+        itself."""
         if len(chunk) < 2 or chunk in self._special:
             return None
         head, tail = chunk[0], chunk[-1]
         if head == "(":
             word, out = chunk[1:], (head, chunk[1:])
-        elif tail in _SPLIT_SUFFIXES or (tail == "." and "a" <= chunk[-2] <= "z"):
+        elif tail in _SPLIT_SUFFIXES or (tail == "." and ("a" <= chunk[-2] <= "z"
+                                                        or (len(chunk) > 2 and _ASCII_UPPER.issuperset(chunk[-3:-1])))):
             word, out = chunk[:-1], (chunk[:-1], tail)
         else:
             return None
         return out if word.isalpha() and word not in self._special else None
 
     def _tokenize(self, chunks: Sequence[str]) -> list[tuple[str, ...]]:
-        """spaCy's tokens of each chunk, from one call on the chunks joined by single spaces.
+        """spaCy's tokens of each chunk, from one call on the chunks joined by spaces.
 
-        Chunks hold no whitespace, so no token does either, and a token belongs to the chunk its offset falls in.
+        Chunks hold no whitespace, so a token belongs to the chunk its offset falls in. Where a chunk ends or the
+        next one starts with a character that is not a letter or digit, they are joined by two spaces: the second
+        makes a whitespace token (dropped here) that keeps spaCy's pass over special cases spanning tokens
+        (``:(``, ``):``) from letting a chunk's neighbour change its tokens (``a) :(`` gives ``:`` ``(``, ``:(``
+        alone ``:(``), so that a chunk's words never depend on the batch it was asked in. One space elsewhere: a
+        whitespace token costs spaCy as much as a word.
         """
         from spacy.attrs import IDX, LENGTH  # spaCy: see _spacy_tokenizer
 
-        joined = " ".join(chunks)
+        parts: list[str] = []
+        starts_list: list[int] = []
+        pos, prev_alnum = 0, True
+        for chunk in chunks:
+            if parts:
+                sep = " " if prev_alnum and chunk[0].isalnum() else "  "
+                parts.append(sep)
+                pos += len(sep)
+            starts_list.append(pos)
+            parts.append(chunk)
+            pos += len(chunk)
+            prev_alnum = chunk[-1].isalnum()
+        joined = "".join(parts)
+        starts = np.array(starts_list, dtype=np.int64)
         lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-        starts = np.cumsum(lengths + 1) - lengths - 1  # offset of each chunk in ``joined``
         with self._tok.vocab.memory_zone():  # free spaCy's strings of this call: a worker lives long
             spans = self._tok(joined).to_array([IDX, LENGTH])
-        offsets, sizes = spans[:, 0].tolist(), spans[:, 1].tolist()
-        tokens = [joined[a : a + n] for a, n in zip(offsets, sizes, strict=True)]
+        owner = np.searchsorted(starts, spans[:, 0], side="right") - 1  # the chunk at or before each token
+        spans = spans[spans[:, 0] - starts[owner] < lengths[owner]]  # the separators' whitespace tokens out
+        tokens = [joined[a : a + n] for a, n in spans.tolist()]
         first = np.searchsorted(spans[:, 0], starts).tolist() + [len(tokens)]  # first token of each chunk
         return [tuple(tokens[first[i] : first[i + 1]]) for i in range(len(chunks))]
 

@@ -362,4 +362,23 @@ class Stats:
         data["seconds"] = self.seconds.to_json()
         data["throughput"] = {"docs_per_s": self.docs_per_s, "tokens_per_s": self.tokens_per_s}
         data["parallelism"] = self.parallelism
+        data["coverage"] = self.coverage()
         return data
+
+    def coverage(self) -> dict[str, float]:
+        """Per phase, the stages' seconds over the worker-seconds the phase had (its wall x ``parallelism``): how
+        much of a phase the per-stage figures explain. Every stage reports what its tasks and workers spent
+        (batches, setup, a dedup stage's every task), so what is left is Ray's scheduling, worker starts and
+        workers idle at a phase's end. The write phase's stage is ``90-tokenize``."""
+        def share(seconds: float, wall: float | None) -> float | None:
+            return round(seconds / (wall * self.parallelism), 3) if wall else None
+
+        def seconds(entry: dict[str, object]) -> float:
+            value = entry.get("seconds", 0.0)
+            return float(value) if isinstance(value, int | float) else 0.0
+
+        curate = sum((seconds(v) for k, v in self.stages.items() if k != "90-tokenize"), 0.0)
+        out = {"curation": share(curate, self.seconds.curation)}
+        if "90-tokenize" in self.stages:
+            out["tokenize_pack_write"] = share(seconds(self.stages["90-tokenize"]), self.seconds.write)
+        return {k: v for k, v in out.items() if v is not None}

@@ -97,12 +97,16 @@ class BatchStageRunner:
 
     def __init__(self, stage_cls: type[Stage], params_json: str, ctx: StageContext, recorder: StageRecorder,
                  prepared: Prepared = (None,)):
+        t0 = time.perf_counter()
         self.stage = stage_cls(stage_cls.Params.model_validate_json(params_json), ctx)
         ref = prepared[0]  # wrapped in a tuple so Ray hands the ref over instead of resolving it
         if ref is not None:
             self.stage.prepared = ray.get(ref)
         self.stage.setup()
         self.recorder = recorder
+        # the worker's setup (models, word splitters) is the stage's cost too: counted in its seconds, once per
+        # worker (the key names the actor's creation, so a restarted actor is not counted twice)
+        recorder.counts(seconds=time.perf_counter() - t0)
 
     @staticmethod
     def constructor_args(stage_cls: type[Stage], params: BaseModel, ctx: StageContext, recorder: StageRecorder
