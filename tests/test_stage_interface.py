@@ -185,7 +185,8 @@ def test_batch_runner_without_prepare_is_built_as_before_and_reports_metrics():
     assert BatchStageRunner.constructor_args(LengthFilter, params, CTX, rec)[-1] == (None,)  # no ray.put
     out = runner(docs_to_table(docs("ab", "abcd", "abcdefgh")))
     assert out.num_rows == 2 and isinstance(out, pa.Table)
-    (call,) = rec.calls
+    setup, call = rec.calls  # the worker's setup is counted in the stage's seconds, then each batch
+    assert setup.get("docs_in", 0) == 0 and setup["seconds"] >= 0
     assert (call["docs_in"], call["docs_out"], call["dropped"]) == (3, 2, {"too_short": 1})
     assert call["metrics"].scores["chars"].summary()["count"] == 3
     assert rec.rejected[0]["reason"] == "too_short" and rec.rejected[0]["detail"] == {"scores": {"chars": 2}}
