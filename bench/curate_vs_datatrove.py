@@ -96,17 +96,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench.common import CORPORA, REPO, emit_json, iter_jsonl
+from bench.filters import C4_AS_DATATROVE, REQUIREMENTS, VENV  # one venv, one C4 setting for both benches
 
-VENV = REPO / ".venv-bench"
-REQUIREMENTS = REPO / "bench" / "requirements-filters.txt"
 #: what the peer imports; a .venv-bench made by bench/filters.py before these were pinned lacks some
 PEER_MODULES = ("datatrove", "spacy", "fasttext", "fasteners", "orjson", "xxhash", "tokenizers")
 SOURCE_GLOBS = ("english/*.jsonl.gz", "code/code.jsonl.gz", "neardup/neardup_docs.jsonl.gz", "lid/lid_train.jsonl.gz")
 #: the filters, in chain order, by tokenmill's stage names (datatrove's exclusion folders carry the same names)
 FILTERS = ("lid", "gopher_repetition", "gopher_quality", "c4", "fineweb")
 DEDUP = ("exact_dedup", "near_dedup")
-#: datatrove's C4QualityFilter defaults, as tokenmill params (the same as bench/filters.py's)
-C4_AS_DATATROVE = {"min_words_per_line": 3, "min_num_sentences": 5, "end_marks": [".", "?", "!", '"', "'"]}
 EOS, PAD, BOS = "<|endoftext|>", "<|pad|>", "<|bos|>"
 SEQ_LEN = 2048
 
