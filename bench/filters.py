@@ -140,7 +140,7 @@ def make_stage(name: str, c4_params: dict):
     from pipeline.filters.gopher import GopherQuality, GopherRepetition
     from pipeline.stages.base import StageContext
 
-    textmod._SPLITTERS.clear()
+    textmod.reset_splitters()
     cls = {"gopher_quality": GopherQuality, "gopher_repetition": GopherRepetition, "c4": C4Quality,
            "fineweb": FineWebQuality}[name]
     stage = cls(cls.Params(**(c4_params if name == "c4" else {})), StageContext("bench", "", 0, ""))

@@ -105,6 +105,9 @@ class OutputSpec(Strict):
     #: a ``meta`` field (``lang`` after the ``lid`` stage): one shard set per value, in ``OUT/<value>/``
     #: (manifest, tokenizer, shards), sharing one tokenizer; see pipeline/output/groups.py
     split_by: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    #: earlier outputs the dataset card compares this one with, oldest first (a schedule sets its versions);
+    #: the card only, so it is not part of the spec's hash (pipeline/card)
+    card_compare: list[str] = Field(default_factory=list, max_length=1000)
 
 
 class ExecutionSpec(Strict):
@@ -152,7 +155,8 @@ class JobSpec(Strict):
 
     def content_hash(self) -> str:
         """Hash of what determines the output bytes: execution settings are left out."""
-        data = self.model_dump(mode="json", exclude={"execution": True, "output": {"overwrite", "path"}})
+        data = self.model_dump(mode="json",
+                               exclude={"execution": True, "output": {"overwrite", "path", "card_compare"}})
         data["execution"] = {"seed": self.execution.seed}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -253,10 +257,10 @@ def with_lines(problems: list[Problem], lines: Lines) -> list[Problem]:
 
 def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     """Make every path field of a spec's ``data`` absolute, in place: ``inputs[].path``, ``tokenizer.path``,
-    ``output.path`` and each stage's path params (``Stage.path_params``: ``dedup_against``, ``benchmarks``,
-    ``model``...), relative ones against ``base`` (:func:`_under`). ``tokenmill run`` and ``tokenmill submit``
-    both load a spec file through this, so the server gets the paths ``run`` would use. Anything malformed is
-    left alone for validation to report."""
+    ``output.path``, ``output.card_compare`` and each stage's path params (``Stage.path_params``:
+    ``dedup_against``, ``benchmarks``, ``model``...), relative ones against ``base`` (:func:`_under`).
+    ``tokenmill run`` and ``tokenmill submit`` both load a spec file through this, so the server gets the paths
+    ``run`` would use. Anything malformed is left alone for validation to report."""
     inputs = data.get("inputs")
     for inp in inputs if isinstance(inputs, list) else []:
         if isinstance(inp, dict) and isinstance(inp.get("path"), str):
@@ -265,6 +269,9 @@ def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         part = data.get(key)
         if isinstance(part, dict) and isinstance(part.get("path"), str):
             part["path"] = _under(base, part["path"])
+    out = data.get("output")
+    if isinstance(out, dict) and isinstance(out.get("card_compare"), list):
+        out["card_compare"] = [_under(base, p) if isinstance(p, str) else p for p in out["card_compare"]]
     _resolve_stage_paths(data.get("stages"), base)
     return data
 

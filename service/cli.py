@@ -235,9 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
 DELEGATES: dict[str, tuple[str, str]] = {
     "plan": ("training.plan", "compute-optimal sizes, memory and cost"),
     "train": ("training.train", "train on a shard set"),
+    "mix": ("service.commands.mix", "blend shard sets by weight or token budget into a mixture"),
     "report": ("pipeline.filters.report", "what each filter would drop, from an annotate-mode output"),
     "train-classifier": ("pipeline.filters.train_classifier", "train a fastText quality or language classifier"),
     "contamination-report": ("pipeline.decontam.report", "check a corpus or a shard set against benchmarks"),
+    "card": ("pipeline.card.cli", "(re)build an output's dataset card: CARD.md and its figures"),
     "serve": ("service.commands.serve", "run the control plane: REST API and job runner"),
     "submit": ("service.commands.submit", "submit a job spec to a tokenmill server"),
     "status": ("service.commands.status", "a job's state and figures, or the latest jobs"),

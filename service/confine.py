@@ -5,8 +5,9 @@ filesystem may have changed in between). Rules:
 
 - every path is absolute and has no ``..`` component (a spec over HTTP has no folder to be relative to);
 - what a job reads (each input path or glob, ``tokenizer.path``, each stage's path parameters such as
-  ``dedup_against``) must resolve (symlinks followed) inside a read root: the input roots or the output
-  roots, since a job may read what an earlier job wrote (``format: documents``, a dedup index);
+  ``dedup_against``, the earlier outputs of ``output.card_compare``) must resolve (symlinks followed) inside a
+  read root: the input roots or the output roots, since a job may read what an earlier job wrote
+  (``format: documents``, a dedup index);
 - for a glob or a folder, the fixed leading folders must resolve inside a root, and so must every file it
   matches now, so a symlink inside a root that points elsewhere (``/data/link -> /etc``) is refused;
 - the output folder must resolve strictly inside an output root (never the root itself).
@@ -84,6 +85,8 @@ def problems(spec: Any, roots: Roots, expand: bool = True) -> list[PathProblem]:
         for at, v in stage_path_values(stage.type, stage.params):
             if isinstance(v, str) and v:
                 found += _check_read(("stages", i, "params", *at), v, roots, expand)
+    for i, earlier in enumerate(spec.output.card_compare):  # the card reads their stats.json
+        found += _check_read(("output", "card_compare", i), earlier, roots, expand=False)
     found += _check_write(("output", "path"), spec.output.path, roots)
     return found
 

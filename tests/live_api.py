@@ -11,9 +11,10 @@ tests/schemathesis_hooks.py points valid specs into the roots and records every 
 
 What schemathesis is told beyond the schema (``CONFIG``), each for a reason:
 
-- a spec's 422 for a schema-valid body is accepted on the three operations that take one: a job spec has rules
+- a spec's 422 for a schema-valid body is accepted on the four operations that take one: a job spec has rules
   across fields (``tokenizer: null`` needs ``output.documents``) and against the filesystem (an input must match
-  a file) that no JSON schema can state; every other operation's rules are all in the schema;
+  a file) that no JSON schema can state, and a mixture spec rules across fields (one of ``job`` / ``schedule``,
+  one of ``weight`` / ``tokens``) and sources that must exist; every other operation's rules are all in the schema;
 - ``GET .../events`` is aimed at the finished job: a queued job's stream lasts until the job ends, and a random
   id only ever gets the 404;
 - links are the schema's own, none inferred (an inferred one could lead to a queued job's event stream).
@@ -47,7 +48,7 @@ HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 SPEC_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
 CONFIG = f"""
 [[operations]]
-include-name = ["POST /v1/jobs", "POST /v1/schedules", "PATCH /v1/schedules/{{schedule_id}}"]
+include-name = ["POST /v1/jobs", "POST /v1/schedules", "PATCH /v1/schedules/{{schedule_id}}", "POST /v1/mixtures"]
 checks.positive_data_acceptance.expected-statuses = {SPEC_STATUSES}
 
 [[operations]]

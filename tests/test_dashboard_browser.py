@@ -4,8 +4,9 @@ ChromeDriver (the same version; nothing is downloaded), against the service on 1
 The jobs are made directly in the store with engine-shaped events (tests/test_service_metrics.py), so no Ray
 is needed. The page is checked as a person would see it: the key form, the jobs list, a finished job's funnel,
 drop reasons, shards and throughput lines, a running job's funnel moving when new events arrive, the
-schedules panel shown only when ``/v1/schedules`` answers, a job name made of HTML shown as text, and a
-refused key. A screenshot of the finished job is saved (its path is printed; ``-s`` shows it).
+schedules panel shown only when ``/v1/schedules`` answers, the mixtures panel (sources, pinned versions,
+weights, planned tokens), a job name made of HTML shown as text, and a refused key. A screenshot of the
+finished job is saved (its path is printed; ``-s`` shows it).
 
 Chromium comes from scripts/install_chromium.sh. Without it the test skips, saying so, except on CI
 (``CI=true``), where a missing browser is a failure.
@@ -238,6 +239,29 @@ def test_schedules_panel_shows_next_fire_times_only_when_the_api_has_schedules(b
         assert not browser.find_element("id", "schedules-panel").is_displayed()
     finally:
         gate.hidden.clear()
+
+
+def test_mixtures_panel_shows_sources_pinned_versions_weights_and_planned_tokens(browser, server):
+    from pipeline.mixture_format import Mixture, MixtureSource
+    from service.store.mixtures import save_mixture
+
+    base, app, token = server
+    sources = [MixtureSource("web", "/v1/jobs/0123456789abcdef/artifacts", "a" * 64, 0.75, 300, 200, 9000, 1.5,
+                             {"job": "0123456789abcdef"}),
+               MixtureSource("books", "/v1/schedules/fedcba9876543210/versions/3/artifacts", "b" * 64, 0.25, 100,
+                             400, 3000, 0.25, {"schedule": "fedcba9876543210", "version": 3})]
+    mixture = Mixture(seed=0, seq_len=64, dtype="uint16", vocab_size=256, tokenizer_hash="t", pad_id=0,
+                      sources=sources)
+    with app.state.db.session() as s:
+        row, _ = save_mixture(s, name="blend", spec={}, document=mixture.to_json(), samples=400, tokens=12000)
+        mixture_id = row.id
+    browser.get(base + "/")
+    browser.execute_script("sessionStorage.setItem('tokenmill.apiKey', arguments[0])", token)
+    browser.refresh()
+    _wait(browser, "the mixtures panel", lambda d: d.find_element("id", "mixtures-panel").is_displayed())
+    assert _rows(browser, "mixtures") == [
+        ["blend", mixture_id[:8], "web", "job 01234567", "0.750", "9,000", "1.50"],
+        ["books", "schedule fedcba98 v3", "0.250", "3,000", "0.25"]]
 
 
 def test_a_refused_key_is_forgotten(browser, server):

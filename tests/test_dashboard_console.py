@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -308,6 +309,18 @@ def test_the_console_submits_follows_cancels_and_opens_artifacts_and_schedules(c
     _wait(driver, "the downloaded shard", lambda d: saved.exists() and saved.stat().st_size == shard["bytes"])
     assert hashlib.sha256(saved.read_bytes()).hexdigest() == shard["sha256"]
     assert "bytes saved" in driver.find_element("css selector", "#job-artifacts .artifact-note").text
+
+    # its dataset card above the files: CARD.md as text, every SVG figure it names drawn in the page
+    card_md = api.get(f"/v1/jobs/{first}/artifacts/CARD.md").text
+    named = sorted(set(re.findall(r"\]\((card/[a-z]+\.svg)\)", card_md)))
+    assert "CARD.md" in listed and {"card/funnel.svg", "card/lengths.svg"} <= set(named) <= set(listed)
+    _wait(driver, "the card's figures", lambda d: sorted(d.execute_script(
+        "return [...document.querySelectorAll('#job-artifacts .card-view figure')]"
+        ".filter((f) => f.querySelector('svg.card-figure path')).map((f) => f.dataset.name)")) == named)
+    assert driver.execute_script("return document.querySelector('#job-artifacts pre.card-text').textContent") \
+        == card_md
+    driver.execute_script("document.querySelector('#job-artifacts .card-view').scrollIntoView()")
+    _shot(driver, shots, "job-card.png")
 
     # its log
     _wait(driver, "the log", lambda d: "attempt 1" in _text(d, "log"))

@@ -469,10 +469,10 @@ def test_the_word_splitter_tokenizes_as_spacy_blank(lang):
     chunk before, a quirk no per-chunk cache can follow; it needs an emoticon glued to other punctuation)."""
     import spacy
 
-    from pipeline.filters.text import WordSplitter
+    from pipeline.filters.text import CacheBudget, WordSplitter
 
     chunks = _adversarial_chunks(3000, seed=7) + _AFFIX_CASES
-    s = WordSplitter(lang, max_cache=500)  # small: the cache changes generation many times
+    s = WordSplitter(lang, budget=CacheBudget(500))  # small: the cache changes generation many times
     reference = spacy.blank(lang).tokenizer
     rng, fresh = random.Random(1), WordSplitter(lang)
     for i in range(0, len(chunks), 50):
@@ -482,6 +482,35 @@ def test_the_word_splitter_tokenizes_as_spacy_blank(lang):
         shuffled = rng.sample(part, len(part))  # asked in another order and company: the same tokens
         assert dict(zip(shuffled, fresh._tokenize(shuffled), strict=True)) == {
             c: tuple(t.text for t in reference(c)) for c in part}
+
+
+def test_one_cache_budget_bounds_every_languages_caches_together():
+    """Splitters of many languages under one budget hold at most about twice its entries between them (one call's
+    chunks more), however much text of however many languages goes through, and split as splitters that never
+    forget (none is turned over by another language's call while it reads its cache); the shared memo holds at
+    most its words. Before, each language had a limit of its own and a worker's memory grew with every language
+    it met."""
+    from pipeline.filters.text import CacheBudget, WordMemo, WordSplitter
+
+    budget, memo = CacheBudget(400), WordMemo(300)
+    langs = ("en", "de", "xx", "pl")
+    bounded = {lang: WordSplitter(lang, budget=budget, memo=memo) for lang in langs}
+    never = CacheBudget(10**9)
+    unbounded = {lang: WordSplitter(lang, budget=never, memo=WordMemo(0)) for lang in langs}
+    rng = random.Random(5)
+    chunks = _adversarial_chunks(4000, seed=11)
+    most = 0
+    for i in range(300):
+        lang = langs[i % len(langs)]
+        text = " ".join(rng.choice(chunks) for _ in range(rng.randint(5, 40)))
+        words = bounded[lang].words(text)
+        assert words == unbounded[lang].words(text), text
+        assert bounded[lang].words(text) is words  # the memo's hit
+        held = sum(len(s._cache) + len(s._old) for s in bounded.values())
+        most = max(most, held)
+        assert held <= 2 * (400 + 40), (i, held)
+        assert memo._words <= 300 or len(memo._memo) == 1
+    assert budget.generation >= 5 and most > 400  # the bound was reached, and generations turned over
 
 
 def test_languages_with_their_own_affix_rules_always_ask_spacy():

@@ -3,7 +3,8 @@
 Every ``import`` and ``from ... import`` counts: at module level, under ``if TYPE_CHECKING``, and inside
 functions (a deferred import still ties two modules together). Data flow one way, ``service -> pipeline ->
 kernels`` and ``training -> kernels`` (``training`` reads shards through the shard contract only:
-``pipeline.shard_format`` and the storage-by-URI layer ``pipeline.storage`` it reads them with), and
+``pipeline.shard_format``, the mixture contract ``pipeline.mixture_format`` and the storage-by-URI layer
+``pipeline.storage`` it reads them with), and
 no two modules of ``pipeline`` or ``service``, nor two subpackages of ``service``, import each other.
 """
 
@@ -19,7 +20,7 @@ PACKAGES = ("pipeline", "service", "kernels", "training")
 #: packages whose modules must not import each other in a circle
 ACYCLIC = ("pipeline", "service")
 #: the modules of pipeline that training may import; they import nothing of ours beyond each other
-CONTRACT = ("pipeline.shard_format", "pipeline.storage")
+CONTRACT = ("pipeline.shard_format", "pipeline.mixture_format", "pipeline.storage")
 #: (importer package, imported module prefix, allowed exceptions): an import against the flow of data
 UPWARD = (
     ("pipeline", "service", ()),

@@ -150,6 +150,39 @@ def test_running_your_own_job_as_written(tmp_path):
     assert "arith" in result.stdout                                        # contamination-report
     assert list((tmp_path / "runs" / "tiny").rglob("*.jsonl"))            # training metrics
     assert "Chinchilla" in result.stdout or "tokens" in result.stdout     # plan
+    mixture = json.loads((tmp_path / "mixture.json").read_text())         # tokenmill mix
+    assert [m["name"] for m in mixture["sources"]] == ["web", "again"]
+    assert (tmp_path / "out" / "blend" / "manifest.json").exists()         # --materialize
+    _check_card(out, stats)                                                # tokenmill card
+
+
+def _check_card(out: Path, stats: dict) -> None:
+    """The card of a job with lid, gopher_quality, pii and decontaminate: the Hub's loader reads it, its languages
+    are those the lid stage counted, and every figure it names is there and is a valid SVG / PNG."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    from huggingface_hub import DatasetCard
+    from PIL import Image
+
+    card = DatasetCard.load(out / "CARD.md")
+    lid = next(s for s in stats["stages"] if s["stage"].endswith("-lid"))
+    counted = sorted(k.split(":", 1)[1] for k, n in lid["counters"].items() if k.startswith("lang:") and n)
+    assert card.data.language == counted and counted
+    assert card.data.configs[0]["data_files"][0]["path"] == "documents/*.parquet"
+    assert card.data.tokenmill["spec_hash"] == json.loads((out / "manifest.json").read_text())["spec_hash"]
+    for section in ("## PII", "| EMAIL_ADDRESS | 1 | placeholder |", "## Benchmark contamination", "| arith | 1 |",
+                    "gopher_quality", "## Tokenizer", "bytes / token"):
+        assert section in card.text, section
+    figures = re.findall(r"\]\((card/[a-z]+\.(?:svg|png))\)", card.text)
+    assert {f"card/{n}.svg" for n in ("funnel", "drops", "languages", "sources", "lengths")} <= set(figures)
+    for name in figures:
+        if name.endswith(".svg"):
+            assert ET.parse(out / name).getroot().tag == "{http://www.w3.org/2000/svg}svg"
+        else:
+            with Image.open(out / name) as img:
+                img.verify()
+                assert img.format == "PNG"
 
 
 # ---- "The control plane": key, serve, submit, cancel and retry a running job, then `tokenmill submit --follow` --

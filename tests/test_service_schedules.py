@@ -303,6 +303,7 @@ def test_a_run_spec_reads_the_files_under_their_own_ids_and_dedups_against_every
     assert "dedup_against" not in spec["stages"][0].get("params", {})
     assert spec["tokenizer"]["path"] == str(out / "v000001" / "tokenizer.json")
     assert spec["output"]["path"] == str(out / "v000003") and spec["name"] == "nightly-v000003"
+    assert spec["output"]["card_compare"] == [str(out / "v000001"), str(out / "v000002")]  # its card's history
     assert template["inputs"][0]["path"] == str(tmp_path / "in" / "**" / "*.jsonl")  # the template is untouched
     assert versions.highest_on_disk(out) == 1 and versions.read_latest(out) is None
     versions.write_latest(out, 7)
@@ -560,6 +561,12 @@ def test_a_schedule_fires_twice_and_version_1_stays_readable_while_version_2_pub
             assert (out / "latest").read_text() == "v000002\n"
             versions_listed = client.get(f"/v1/schedules/{sid}/versions").json()
             assert [v["number"] for v in versions_listed["items"]] == [1, 2] and versions_listed["latest"] == 2
+            # version 2's dataset card, served with it, compares it with version 1 (fewer documents: 60 now)
+            card = client.get(f"/v1/schedules/{sid}/versions/2/artifacts/CARD.md").text
+            kept = next(line for line in card.splitlines() if line.startswith("| documents kept |")).split("|")
+            assert "## Compared with v000001" in card and kept[3].strip() == "60" and kept[4].strip().startswith("-")
+            assert "card/versions.svg" in card
+            assert client.get(f"/v1/schedules/{sid}/versions/2/artifacts/card/versions.svg").status_code == 200
 
             rest = [b["keys"] for b in reading]  # the pinned trainer goes on with version 1, untouched
             assert before + rest == [b["keys"] for b in ShardLoader(str(v1), 4, num_workers=0,

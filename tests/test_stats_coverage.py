@@ -1,9 +1,12 @@
-"""stats.json explains where a job's time went: ``coverage``, per-stage seconds over each phase's worker-seconds.
+"""stats.json explains where a job's time went: ``coverage``, the measured seconds over each phase's worker-seconds.
 
 A small job with filters, PII and both dedup stages on a local two-worker Ray: every stage's ``seconds`` (its
-batches, its workers' setup, every task of a dedup stage: bands, verification, components, routing) are counted
-once, so they add up to no more than the worker-seconds of the curation phase (wall x parallelism) and to most
-of them. Before dedup tasks and setup were counted, stats.json left out whole tasks.
+batches, its workers' setup and the start of the worker processes it was the first in, every task of a dedup
+stage: bands, verification, components, routing), curation's ``write_parts`` and the write phase's tasks, idle
+workers and Ray's dispatch are counted once each, so they add up to no more than the worker-seconds of each phase
+(wall x parallelism) and to nearly all of them. On a job this small, worker processes' starts are a fifth of the
+curation phase and the tail of the write phase is workers with nothing left to do: before they were measured,
+stats.json explained 0.58 of the curation phase and 0.36-0.57 of the write phase.
 """
 
 from __future__ import annotations
@@ -55,11 +58,19 @@ def test_stage_seconds_cover_each_phase(ray_local, tmp_path):
     by_stage = {s["stage"]: s for s in stats["stages"]}
     assert by_stage["07-exact_dedup"]["dropped"] and by_stage["08-near_dedup"]["dropped"]  # dedup did work
     assert by_stage["08-near_dedup"]["seconds"] > 0 and by_stage["07-exact_dedup"]["seconds"] > 0
-    coverage = stats["coverage"]
+    coverage, overhead = stats["coverage"], stats["overhead"]
     assert set(coverage) == {"curation", "tokenize_pack_write"}
-    curate = sum(s["seconds"] for k, s in by_stage.items() if k != "90-tokenize")
+    assert overhead["curation"]["write_parts"] > 0
+    write = overhead["tokenize_pack_write"]
+    assert set(write) == {"idle", "dispatch"} and min(write.values()) >= 0
+    tokenize = by_stage["90-tokenize"]
+    assert sum(tokenize["steps"].values()) == pytest.approx(tokenize["seconds"], abs=0.01)  # every task, by step
+    curate = sum(s["seconds"] for k, s in by_stage.items() if k != "90-tokenize") + overhead["curation"]["write_parts"]
     assert coverage["curation"] == pytest.approx(curate / (stats["seconds"]["curation"] * 2), abs=1e-3)
-    # counted once each: never more than the workers had; on a job this small, worker starts (imports) and Ray's
-    # scheduling are a third of the phase, so the 90 % is shown at scale (bench/scale.py, 0.25 GB and up)
-    assert 0.5 <= coverage["curation"] <= 1.05, (coverage, stats["seconds"])
-    assert 0 < coverage["tokenize_pack_write"] <= 1.05
+    assert coverage["tokenize_pack_write"] == pytest.approx(
+        (tokenize["seconds"] + sum(write.values())) / (stats["seconds"]["tokenize_pack_write"] * 2), abs=1e-3)
+    # counted once each: never more than the workers had, and nearly all of it (what curation leaves out is the
+    # driver's own steps between dedup's rounds and Ray Data's start, while no worker has a task: 0.84-0.93 of the
+    # phase was explained on a loaded 2-core machine, 0.90-0.91 at scale, bench/scale.py)
+    assert 0.8 <= coverage["curation"] <= 1.05, (coverage, stats["seconds"], overhead)
+    assert 0.9 <= coverage["tokenize_pack_write"] <= 1.05, (coverage, stats["seconds"], overhead)

@@ -24,7 +24,8 @@ class Strict(BaseModel):
 
 
 class DataConfig(Strict):
-    path: str | None = Field(None, description="shard set: a directory or an http(s) base URL")
+    path: str | None = Field(None, description="shard set (a directory or an http(s) base URL) or a mixture "
+                              "file (mixture.json, a path or URL)")
     batch_size: int = Field(8, ge=1, description="sequences per rank per step")
     num_workers: int = Field(2, ge=0)
     shuffle: bool = True

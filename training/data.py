@@ -198,6 +198,7 @@ class ShardSource:
         except ShardFormatError as exc:
             raise LoaderError(f"{where}: {exc}") from None
         self._pin(where)
+        self.manifest_sha256 = sha256_bytes(data)  # what a mixture pins its sources by
         return manifest
 
     def _pin(self, where: str) -> None:
@@ -266,26 +267,22 @@ class LoaderConfig:
     num_workers: int = 2
 
 
-class EpochPlan:
-    """Which samples each (rank, worker) reads in one epoch, from the manifest alone."""
+class SequenceSplit:
+    """Which positions of an epoch's sequence of ``total`` samples each (rank, worker) reads: the split a
+    shard set (:class:`EpochPlan`) and a mixture (``training.mixture_data``) share."""
 
-    def __init__(self, manifest: Manifest, cfg: LoaderConfig, epoch: int, rank: int, world: int) -> None:
+    def __init__(self, total: int, cfg: LoaderConfig, epoch: int, rank: int, world: int,
+                 what: str = "the shard set") -> None:
         if not 0 <= rank < world:
             raise LoaderError(f"rank {rank} outside world size {world}")
-        self.manifest, self.cfg, self.epoch, self.rank, self.world = manifest, cfg, epoch, rank, world
-        counts = np.array([s.samples for s in manifest.shards], dtype=np.int64)
-        self.order = (np.random.default_rng([cfg.seed, epoch]).permutation(len(counts))
-                      if cfg.shuffle else np.arange(len(counts)))
-        ordered = counts[self.order]
-        self.starts = np.concatenate([[0], np.cumsum(ordered)])
-        self.total = int(self.starts[-1])
+        self.cfg, self.epoch, self.rank, self.world, self.total = cfg, epoch, rank, world, total
         if cfg.remainder == "drop":
             per_rank = self.total // world
         else:  # whole batches that cover every sample, positions wrapping round to the start
             per_rank = -(-self.total // (world * cfg.batch_size)) * cfg.batch_size
         self.batches = per_rank // cfg.batch_size
         if self.batches == 0:
-            raise LoaderError(f"the shard set has {self.total} samples: too few for {world} rank(s) x "
+            raise LoaderError(f"{what} has {self.total} samples: too few for {world} rank(s) x "
                               f"batch size {cfg.batch_size}")
         self.rank_start = rank * per_rank
         self.workers = max(1, cfg.num_workers)
@@ -305,6 +302,18 @@ class EpochPlan:
             full, extra = divmod(consumed, w)
             return [full + (i < extra) for i in range(w)]
         return [q + (i < consumed - q * w) for i in range(w)]
+
+
+class EpochPlan(SequenceSplit):
+    """Which samples each (rank, worker) reads in one epoch, from the manifest alone."""
+
+    def __init__(self, manifest: Manifest, cfg: LoaderConfig, epoch: int, rank: int, world: int) -> None:
+        self.manifest = manifest
+        counts = np.array([s.samples for s in manifest.shards], dtype=np.int64)
+        self.order = (np.random.default_rng([cfg.seed, epoch]).permutation(len(counts))
+                      if cfg.shuffle else np.arange(len(counts)))
+        self.starts = np.concatenate([[0], np.cumsum(counts[self.order])])
+        super().__init__(int(self.starts[-1]), cfg, epoch, rank, world)
 
     def locate(self, position: int) -> tuple[int, int]:
         """Epoch-sequence position (wrapping) -> (index into manifest.shards, sample offset)."""
@@ -396,7 +405,7 @@ def unflatten(wire: dict[str, Any]) -> dict[str, Any]:
     n = b * s
     out = {name: flat[i * n:(i + 1) * n].view(b, s) for i, name in enumerate(FIELDS)}
     out["cu_seqlens"] = flat[len(FIELDS) * n:]
-    out.update({k: wire[k] for k in ("max_seqlen", "tokens", "keys")})
+    out.update({k: wire[k] for k in ("max_seqlen", "tokens", "keys", "source_tokens") if k in wire})
     return out
 
 
@@ -412,6 +421,7 @@ class _EpochStream(torch.utils.data.IterableDataset):
     def __init__(self, source: ShardSource, plan: EpochPlan, start_batch: int, prefetch: int) -> None:
         super().__init__()
         self.source, self.plan, self.start_batch, self.prefetch = source, plan, start_batch, prefetch
+        self.manifest = plan.manifest  # seq_len, pad_id and vocabulary of the batches
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
@@ -429,14 +439,14 @@ class _EpochStream(torch.utils.data.IterableDataset):
         yield from self._batches(worker, first, count, skip)
 
     def _batches(self, worker: int, first: int, count: int, skip: int) -> Iterator[dict[str, Any]]:
-        plan, cfg, m = self.plan, self.plan.cfg, self.plan.manifest
+        plan, cfg = self.plan, self.plan.cfg
         bs, win = cfg.batch_size, max(cfg.shuffle_window, 1)
         lo = plan.rank_start + first * bs
         hi = lo + count * bs
         start = skip * bs  # offset into this worker's stream
         w0 = start // win
         read_from = lo + w0 * win
-        reader = self._read(plan.segments(read_from, hi))
+        reader = self._samples(read_from, hi)
         pending: list[tuple[str, Sample]] = []
         j = w0
         while True:
@@ -446,39 +456,59 @@ class _EpochStream(torch.utils.data.IterableDataset):
             window = [next(reader) for _ in range(size)]
             if cfg.shuffle:
                 rng = np.random.default_rng([cfg.seed, plan.epoch, plan.rank, worker, j])
-                window = [window[k] for k in rng.permutation(size)]
+                window = self._permute(window, rng)
             if j == w0:
                 window = window[start - w0 * win:]
             for item in window:
                 pending.append(item)
                 if len(pending) == bs:
-                    keys = [k for k, _ in pending]
-                    yield collate_flat([s for _, s in pending], m.seq_len, m.pad_id, m.vocab_size, keys)
+                    yield self._collate(pending)
                     pending = []
             j += 1
 
-    def _read(self, segments: list[tuple[int, int, int]]) -> Iterator[tuple[str, Sample]]:
-        """Samples of the runs in order; shard bytes are fetched ahead in a thread (I/O overlaps
-        decoding), each shard once per run."""
-        shards = self.plan.manifest.shards
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            def fetch(s: int) -> Any:
-                return pool.submit(self.source.fetch, shards[s].name, shards[s].bytes)
+    def _permute(self, window: list[tuple[Any, Sample]], rng: np.random.Generator) -> list[tuple[Any, Sample]]:
+        return [window[k] for k in rng.permutation(len(window))]
 
-            futures = [fetch(s) for s, _, _ in segments[: self.prefetch]]
-            for n, (s, a, b) in enumerate(segments):
-                data, where = futures[n].result()
-                if n + self.prefetch < len(segments):
-                    futures.append(fetch(segments[n + self.prefetch][0]))
-                futures[n] = None  # free the bytes once decoded
-                samples = decode_shard(shards[s], data, where if self.source.is_http else None)
-                del data
-                name = shards[s].name
-                for sample in samples[a:b]:
-                    yield f"{name}/{sample.key}", sample
+    def _samples(self, lo: int, hi: int) -> Iterator[tuple[Any, Sample]]:
+        """(tag, sample) of the epoch's positions ``[lo, hi)`` in order (the tag is the sample's key)."""
+        return read_runs(self.source, self.plan.manifest.shards, self.plan.segments(lo, hi), self.prefetch)
+
+    def _collate(self, pending: list[tuple[Any, Sample]]) -> dict[str, Any]:
+        m = self.manifest
+        return collate_flat([s for _, s in pending], m.seq_len, m.pad_id, m.vocab_size, [k for k, _ in pending])
+
+
+def read_runs(source: ShardSource, shards: list[ShardInfo], segments: list[tuple[int, int, int]],
+              prefetch: int, prefix: str = "") -> Iterator[tuple[str, Sample]]:
+    """(key, sample) of the runs ``(shard index, first, end)`` in order; shard bytes are fetched ahead in a
+    thread (I/O overlaps decoding) and checked against the manifest, each shard once per run."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        def fetch(s: int) -> Any:
+            return pool.submit(source.fetch, shards[s].name, shards[s].bytes)
+
+        futures = [fetch(s) for s, _, _ in segments[:prefetch]]
+        for n, (s, a, b) in enumerate(segments):
+            data, where = futures[n].result()
+            if n + prefetch < len(segments):
+                futures.append(fetch(segments[n + prefetch][0]))
+            futures[n] = None  # free the bytes once decoded
+            samples = decode_shard(shards[s], data, where if source.is_http else None)
+            del data
+            name = shards[s].name
+            for sample in samples[a:b]:
+                yield f"{prefix}{name}/{sample.key}", sample
 
 
 # ----------------------------------------------------------------------------------------- loader
+
+
+def loader_config(batch_size: int, seed: int, shuffle: bool, shuffle_window: int,
+                  remainder: Literal["drop", "wrap"], num_workers: int) -> LoaderConfig:
+    if batch_size < 1:
+        raise LoaderError(f"batch_size must be >= 1, got {batch_size}")
+    if remainder not in ("drop", "wrap"):
+        raise LoaderError(f"remainder must be 'drop' or 'wrap', got {remainder!r}")
+    return LoaderConfig(batch_size, seed, shuffle, shuffle_window, remainder, max(0, num_workers))
 
 
 class ShardLoader:
@@ -489,10 +519,7 @@ class ShardLoader:
                  remainder: Literal["drop", "wrap"] = "drop", headers: dict[str, str] | None = None,
                  prefetch_shards: int = 2, pin_memory: bool = False, max_epochs: int | None = None,
                  manifest: Manifest | None = None, bearer_token: str | None = None) -> None:
-        if batch_size < 1:
-            raise LoaderError(f"batch_size must be >= 1, got {batch_size}")
-        if remainder not in ("drop", "wrap"):
-            raise LoaderError(f"remainder must be 'drop' or 'wrap', got {remainder!r}")
+        cfg = loader_config(batch_size, seed, shuffle, shuffle_window, remainder, num_workers)
         self.source = ShardSource(location, headers, bearer_token=bearer_token)
         self.manifest = manifest or self.source.manifest()
         try:
@@ -501,7 +528,11 @@ class ShardLoader:
             raise LoaderError(f"{self.source.describe(MANIFEST)}: invalid manifest: {exc}") from None
         if not self.manifest.shards:
             raise LoaderError(f"{self.source.describe(MANIFEST)}: the manifest lists no shards")
-        self.cfg = LoaderConfig(batch_size, seed, shuffle, shuffle_window, remainder, max(0, num_workers))
+        self._configure(cfg, rank, world, prefetch_shards, pin_memory, max_epochs)
+
+    def _configure(self, cfg: LoaderConfig, rank: int, world: int, prefetch_shards: int, pin_memory: bool,
+                   max_epochs: int | None) -> None:
+        self.cfg = cfg
         self.rank, self.world = rank, world
         self.prefetch = max(1, prefetch_shards)
         self.pin_memory = pin_memory
@@ -510,11 +541,18 @@ class ShardLoader:
         self.batch = 0
         self.batches_per_epoch = self.plan(0).batches  # raises early when the set is too small
 
-    def plan(self, epoch: int) -> EpochPlan:
+    def plan(self, epoch: int) -> SequenceSplit:
         return EpochPlan(self.manifest, self.cfg, epoch, self.rank, self.world)
 
-    def _epoch_loader(self, plan: EpochPlan, start_batch: int) -> torch.utils.data.DataLoader:
-        stream = _EpochStream(self.source, plan, start_batch, self.prefetch)
+    def _stream(self, plan: Any, start_batch: int) -> torch.utils.data.IterableDataset:
+        return _EpochStream(self.source, plan, start_batch, self.prefetch)
+
+    def fingerprint(self) -> str:
+        """What a checkpoint's loader state must have been planned over."""
+        return manifest_fingerprint(self.manifest)
+
+    def _epoch_loader(self, plan: Any, start_batch: int) -> torch.utils.data.DataLoader:
+        stream = self._stream(plan, start_batch)
         nw = self.cfg.num_workers
         return torch.utils.data.DataLoader(
             stream, batch_size=None, num_workers=nw, pin_memory=self.pin_memory,
@@ -559,7 +597,7 @@ class ShardLoader:
         return {"epoch": self.epoch, "batch": self.batch, "seed": c.seed, "shuffle": c.shuffle,
                 "shuffle_window": c.shuffle_window, "remainder": c.remainder, "batch_size": c.batch_size,
                 "num_workers": c.num_workers, "rank": self.rank, "world": self.world,
-                "manifest": manifest_fingerprint(self.manifest)}
+                "manifest": self.fingerprint()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume exactly where ``state`` was taken; refuses a state from another plan."""

@@ -161,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     what = p.add_argument_group("what to size: any one or two of compute, tokens (or data), params")
     what.add_argument("--compute", type=_num, help="training FLOP budget, e.g. 1e21")
     what.add_argument("--tokens", type=_num, help="training tokens, e.g. 2e10")
-    what.add_argument("--data", help="a shard set (directory or URL): its manifest's token count")
+    what.add_argument("--data", help="a shard set (directory or URL): its manifest's token count; or a mixture "
+                      "file (mixture.json): its planned tokens, with tokens and epochs per source")
     what.add_argument("--params", type=_num, help="model parameters, e.g. 350e6")
     what.add_argument("--preset", help="a training/model.py preset (with --vocab) for params and shapes")
     what.add_argument("--layers", type=int)
@@ -200,10 +201,25 @@ def _arch(args: argparse.Namespace) -> tuple[dict[str, int] | None, float | None
     return None, None
 
 
-def _data_tokens(location: str) -> float:
+def _data_tokens(location: str) -> tuple[float, list[dict[str, Any]]]:
+    """Non-padding tokens of a shard set or mixture, and a mixture's sources (tokens, samples, epochs)."""
     from training.data import ShardSource  # imports torch: planning without --data needs none
+    from training.mixture_data import is_mixture, read_mixture
 
-    return float(ShardSource(location).manifest().total_tokens)
+    if not is_mixture(location):
+        return float(ShardSource(location).manifest().total_tokens), []
+    mixture = read_mixture(location)[0]
+    sources = [{"name": s.name, "tokens": s.tokens, "samples": s.samples, "epochs": s.epochs,
+                "target_share": s.target_share, "pinned": s.pinned} for s in mixture.sources]
+    return float(mixture.total_tokens), sources
+
+
+def render_sources(sources: list[dict[str, Any]]) -> str:
+    rows = [("source", "share", "tokens", "samples", "epochs")]
+    rows += [(s["name"], f"{s['target_share']:.3f}", _fmt(s["tokens"]), str(s["samples"]), f"{s['epochs']:.2f}")
+             for s in sources]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def _fmt(x: float) -> str:
@@ -241,10 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         arch, preset_params = _arch(args)
         tokens = args.tokens
+        sources: list[dict[str, Any]] = []
         if args.data:
             if tokens is not None:
                 raise ValueError("give --tokens or --data, not both")
-            tokens = _data_tokens(args.data)
+            tokens, sources = _data_tokens(args.data)
         params = args.params or preset_params
         plan = make_plan(compute=args.compute, tokens=tokens, params=params, arch=arch, seq_len=args.seq_len,
                          micro_batch=args.micro_batch, gpus=args.gpus, zero_stage=args.zero_stage,
@@ -255,7 +272,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokenmill plan: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     record: dict[str, Any] = {"plan": asdict(plan), "peak_flops": args.peak, "mfu": args.mfu}
+    if sources:
+        record["sources"] = sources
     if not args.json:
+        if sources:
+            print(render_sources(sources) + "\n")
         print(render(plan, args.peak, args.mfu))
     print(json.dumps(record))
     return 0

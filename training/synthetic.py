@@ -43,8 +43,11 @@ def random_packed(n: int, seq_len: int, vocab_size: int, seed: int = 0, min_doc:
 
 
 def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, seq_len: int, vocab_size: int,
-                    samples_per_shard: int, pad_id: int = 0, eos_id: int | None = None) -> fmt.Manifest:
-    """Write ``sequences`` as shards of ``samples_per_shard`` (the last one may be partial)."""
+                    samples_per_shard: int, pad_id: int = 0, eos_id: int | None = None,
+                    bos_id: int | None = None, spec_hash: str = "synthetic", tokenizer_hash: str = "synthetic",
+                    meta: dict | None = None) -> fmt.Manifest:
+    """Write ``sequences`` as shards of ``samples_per_shard`` (the last one may be partial); ``meta`` is
+    every sample's ``meta.json`` (``training.mixture_materialize`` writes a mixture with it too)."""
     out = Path(out_dir)
     dtype = fmt.token_dtype(vocab_size)
     shards: list[fmt.ShardInfo] = []
@@ -65,15 +68,15 @@ def write_shard_set(out_dir: str | os.PathLike, sequences: Iterable[Packed], *, 
         if len(ids) > seq_len:
             raise ValueError(f"sequence of {len(ids)} tokens exceeds seq_len {seq_len}")
         has_mask = has_mask or mask is not None
-        pending.append(fmt.encode_sample(index, np.asarray(ids, dtype=dtype), lens, mask, {"synthetic": True}))
+        pending.append(fmt.encode_sample(index, np.asarray(ids, dtype=dtype), lens, mask, meta or {"synthetic": True}))
         tokens += len(ids)
         index += 1
         if len(pending) == samples_per_shard:
             flush(partial=False)
     if pending:
         flush(partial=True)
-    manifest = fmt.Manifest(spec_hash="synthetic", tokenizer_hash="synthetic", seq_len=seq_len, dtype=dtype.name,
-                            vocab_size=vocab_size, samples_per_shard=samples_per_shard, bos_id=None, eos_id=eos_id,
+    manifest = fmt.Manifest(spec_hash=spec_hash, tokenizer_hash=tokenizer_hash, seq_len=seq_len, dtype=dtype.name,
+                            vocab_size=vocab_size, samples_per_shard=samples_per_shard, bos_id=bos_id, eos_id=eos_id,
                             pad_id=pad_id, has_loss_mask=has_mask, shards=shards)
     storage.write_bytes(str(out / fmt.MANIFEST), manifest.to_json().encode())
     return manifest

@@ -27,8 +27,9 @@ from kernels.attention import DocMask, select_backend
 from pipeline.shard_format import Manifest
 from training import checkpoint as ckpt
 from training.config import ConfigError, ModelSection, OptimConfig, TrainConfig, load_config
-from training.data import IGNORE_INDEX, LoaderError, ShardLoader
+from training.data import IGNORE_INDEX, LoaderError
 from training.metrics import MetricsLogger, device_peak_flops, memory_stats
+from training.mixture_data import open_loader
 from training.model import PRESETS, Llama, ModelConfig, compiled_token_loss_sum, token_loss_sum
 from training.parallel import DistInfo, apply_deepspeed, apply_fsdp, fsdp_bf16_works, init_distributed, say
 
@@ -85,12 +86,15 @@ class Trainer:
         self.cfg, self.info = cfg, info
         self.out = Path(cfg.out_dir)
         d = cfg.data
-        self.loader = ShardLoader(
+        self.loader = open_loader(
             d.path, d.batch_size, rank=info.rank, world=info.world, seed=d.seed, shuffle=d.shuffle,
             shuffle_window=d.shuffle_window, num_workers=d.num_workers, remainder=d.remainder,
             headers=d.headers, pin_memory=info.device.type == "cuda",
         )
         self.manifest = self.loader.manifest
+        #: a mixture's sources, and the non-padding tokens of each that all ranks consumed (reduced every step)
+        self.source_names: list[str] = list(getattr(self.loader, "source_names", []))
+        self.source_tokens = torch.zeros(len(self.source_names), dtype=torch.float64, device=info.device)
         self.mcfg = build_model_config(cfg.model, self.manifest)
         self.backend = select_backend(info.device, cfg.parallel.attention)
         torch.manual_seed(cfg.seed)
@@ -132,7 +136,11 @@ class Trainer:
     def trainer_state(self) -> dict[str, Any]:
         return {"model": self.mcfg.to_dict(), "strategy": self.cfg.parallel.strategy,
                 "precision": self.precision, "world": self.info.world, "epoch": self.loader.epoch,
-                "grad_accum": self.cfg.optim.grad_accum}
+                "grad_accum": self.cfg.optim.grad_accum, "source_tokens": self._consumed()}
+
+    def _consumed(self) -> dict[str, int]:
+        """Non-padding tokens consumed per mixture source, over all ranks, since the run's first step."""
+        return {n: int(v) for n, v in zip(self.source_names, self.source_tokens.tolist(), strict=True)}
 
     def save(self) -> Path:
         return ckpt.save(self.out, self.step, self.model, self.optimizer, self.loader.state_dict(),
@@ -155,6 +163,9 @@ class Trainer:
         except LoaderError as exc:
             raise ckpt.CheckpointError(f"{path}: {exc}") from None
         self.step = int(trainer["step"])
+        saved = trainer.get("source_tokens") or {}
+        self.source_tokens.copy_(torch.tensor([float(saved.get(n, 0)) for n in self.source_names],
+                                              dtype=torch.float64))
 
     # ------------------------------------------------------------------------------------ step
 
@@ -178,7 +189,12 @@ class Trainer:
         # rank was asked to stop (SIGTERM), so that all ranks checkpoint the same step and leave
         local = torch.stack([(labels != IGNORE_INDEX).sum() for _, _, labels, _ in inputs]).sum()
         counts = torch.stack([local.to(torch.float64), self._stop_flag.fill_(float(self.stop_signal))])
+        if self.source_names:  # a mixture: each source's tokens this step ride on the same all-reduce
+            per_source = torch.tensor([sum(b["source_tokens"][i] for b in micro_batches)
+                                       for i in range(len(self.source_names))], dtype=torch.float64)
+            counts = torch.cat([counts, per_source.to(dev, non_blocking=True)])
         dist.all_reduce(counts)
+        self.source_tokens += counts[2:]
         valid = counts[0]
         self.stop_votes = counts[1]  # read by fit() every few steps: reading it costs a GPU sync
         denom = valid.clamp(min=1.0).to(torch.float32)
@@ -299,7 +315,8 @@ class Trainer:
         values = {"epoch": self.loader.epoch, "loss": loss, "ppl": math.exp(min(loss, 50.0)),
                   "grad_norm": _grad_norm(window["gnorm"]), "lr": lr_at(self.step, self.cfg.optim),
                   "tokens_per_s": float(stats[1]) / dt, "processed_tokens_per_s": processed / dt,
-                  "loss_tokens": int(valid), "mfu": mfu, "gc_s": gc_s, **memory_stats(info.device)}
+                  "loss_tokens": int(valid), "mfu": mfu, "gc_s": gc_s, **memory_stats(info.device),
+                  **{f"source_tokens.{n}": v for n, v in self._consumed().items()}}
         logger.log(self.step, values)
         return values
 
@@ -319,7 +336,8 @@ def _one_line(exc: BaseException) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokenmill train", description=__doc__.splitlines()[0])
     p.add_argument("--config", help="YAML/JSON training config (training/configs/*.yaml)")
-    p.add_argument("--data", help="shard set: a directory or http(s) base URL (overrides data.path)")
+    p.add_argument("--data", help="shard set (a directory or http(s) base URL) or mixture file (.json, path or "
+                                  "URL; tokenmill mix) (overrides data.path)")
     p.add_argument("--out", help="output folder for metrics and checkpoints (overrides out_dir)")
     p.add_argument("--max-steps", type=int, help="overrides optim.max_steps")
     p.add_argument("--stop-at", type=int, help="checkpoint and exit after this step (as if preempted)")

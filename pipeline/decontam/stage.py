@@ -117,6 +117,10 @@ class Decontaminate(FilterStage):
             for bench in benches:
                 self.count(f"docs:{bench}")
                 self.count(f"matches:{bench}", sum(m.benchmark == bench for m in matches))
+                for m in matches:  # for the dataset card: which rule found it, and which items (few: the leaks)
+                    if m.benchmark == bench:
+                        self.count(f"rule:{bench}:{m.rule}")
+                        self.count(f"item:{bench}:{m.item}")
                 if any(m.exact and m.benchmark == bench for m in matches):
                     self.count(f"exact_docs:{bench}")
             meta = doc.get("meta")

@@ -29,6 +29,7 @@ from pipeline import storage
 from pipeline.dedup import graph as g
 from pipeline.dedup.index import write_table_atomic
 from pipeline.documents import reject_row, text_bytes
+from pipeline.worker_start import process_start_seconds
 
 #: target text bytes handled by one group task (verification, id look-ups)
 GROUP_BYTES = 128 << 20
@@ -42,10 +43,11 @@ R = TypeVar("R")
 def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` as a task body that takes the stage's recorder first and reports its seconds to it, so that a
     dedup stage's ``seconds`` in ``stats.json`` count every task it ran (bands, verification, components,
-    routing), not only the ones that touch documents. A None recorder reports nothing."""
+    routing), not only the ones that touch documents, and the start of a worker process the task is the first in
+    (:func:`pipeline.worker_start.process_start_seconds`). A None recorder reports nothing."""
 
     def run(recorder: Any, *args: Any) -> Any:
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() - process_start_seconds(getattr(recorder, "phase_started", None))
         try:
             return fn(*args)
         finally:

@@ -27,6 +27,7 @@ import json
 import re
 import threading
 import unicodedata
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -186,46 +187,121 @@ def _base_affixes(lang: str) -> bool:
             and defaults.token_match is None)
 
 
+class CacheBudget:
+    """How many entries the word splitters of a process may put in their chunk caches, counted together.
+
+    Each splitter caches its language's chunks in two generations. Every language's *current* generation counts
+    against one shared limit: once their sum passes it, every splitter's current generation becomes its previous
+    one and the one before is dropped (a chunk found in the previous generation moves back on use, so the
+    frequent chunks are never asked again). So a process's caches hold at most twice ``entries`` entries (plus
+    one call's chunks), however many languages and however much text it sees. With a limit per language, a
+    worker that met twenty languages held twenty caches, and its memory grew with the input until each was full
+    (bench/scale.py, ``max_rss_growth``).
+
+    The splitters sharing a budget share its ``lock`` too, so that one of them can turn every cache over.
+    """
+
+    def __init__(self, entries: int):
+        self.entries = entries
+        self.generation = 0
+        self.lock = threading.Lock()
+        self._spent = 0
+        self._due = False
+        self._splitters: weakref.WeakSet[WordSplitter] = weakref.WeakSet()
+
+    def join(self, splitter: WordSplitter) -> None:
+        with self.lock:
+            self._splitters.add(splitter)
+
+    def spend(self, n: int) -> None:
+        """``n`` entries were added to a current generation; past the limit, the next call turns the caches over.
+        Call with ``lock`` held."""
+        self._spent += n
+        if self._spent > self.entries:
+            self._due = True
+
+    def turn_if_due(self) -> None:
+        """Start a new generation in every splitter, when due; call with ``lock`` held, before a cache is read."""
+        if self._due:
+            for s in list(self._splitters):
+                s._turn()
+            self._spent, self._due = 0, False
+            self.generation += 1
+
+
+class WordMemo:
+    """The word lists of the last texts split, ``(language, text) -> words``, up to ``words`` words in all: one
+    batch's worth and more. Filters run batch by batch, one after the other, so the filters of one worker split
+    a document once. Shared by every language: one limit for the process, not one per language."""
+
+    def __init__(self, words: int):
+        self.limit = words
+        self._memo: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+        self._words = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> list[str] | None:
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[str, str], words: list[str]) -> None:
+        with self._lock:
+            old = self._memo.pop(key, None)
+            if old is not None:
+                self._words -= len(old)
+            self._memo[key] = words
+            self._words += len(words)
+            while self._words > self.limit and len(self._memo) > 1:
+                self._words -= len(self._memo.popitem(last=False)[1])
+
+
+#: chunk-cache entries of a process's splitters (both generations: about twice this); ~450 bytes an entry
+CACHE_ENTRIES = 600_000
+#: words memoized per process (about 50 MB)
+MEMO_WORDS = 2_000_000
+_BUDGET = CacheBudget(CACHE_ENTRIES)
+_MEMO = WordMemo(MEMO_WORDS)
+
+
 class WordSplitter:
     """Words of a text as spaCy's rules for ``lang`` split them (datatrove's ``split_into_words``), fast.
 
     ``words(text)`` returns the tokens without whitespace tokens; ``sentences(lines)`` counts sentences as spaCy's
-    sentencizer does (datatrove's ``split_into_sentences``). Results per chunk are cached in two generations
-    (``max_cache`` entries each: when the current one is full it becomes the previous one, and a chunk found
-    there moves back, so memory stays bounded and the frequent chunks are kept); the word lists of the last
-    texts (up to ``memo_words`` words in all, a batch's worth: filters run batch by batch, one after the other)
-    are memoized, so that the filters of one worker split a document once. Do not modify the lists it returns.
+    sentencizer does (datatrove's ``split_into_sentences``). Results per chunk are cached in two generations under
+    a :class:`CacheBudget` shared with the process's other splitters, so memory stays bounded and the frequent
+    chunks are kept; the word lists of the last texts are memoized (:class:`WordMemo`, shared too), so that the
+    filters of one worker split a document once. Do not modify the lists it returns.
     """
 
-    def __init__(self, lang: str, max_cache: int = 1_000_000, memo_words: int = 2_000_000):
+    def __init__(self, lang: str, budget: CacheBudget | None = None, memo: WordMemo | None = None):
         self.lang = lang
         self.no_space = lang in NO_SPACE_LANGS
         self._tok, self._special, punct = _spacy_tokenizer("xx" if self.no_space else lang)
         self._base_affixes = not self.no_space and _base_affixes(lang)
         self._punct_chars = punct
         self._maybe_sentence_end = re.compile("[" + re.escape("".join(sorted(punct))) + "]")
+        self._memo = memo or _MEMO
         self._cache: dict[str, tuple[str, ...]] = {}
         self._old: dict[str, tuple[str, ...]] = {}  # the previous generation of the cache
-        self._max_cache = max_cache
-        self._memo: OrderedDict[str, list[str]] = OrderedDict()
-        self._memo_words, self._memo_limit = 0, memo_words
         self._kind: dict[str, int] = {}  # token -> 1 sentence-ending char, 2 other punctuation, 0 else
-        self._lock = threading.Lock()  # Ray may run batches of one actor in threads
+        self._budget = budget or _BUDGET
+        self._lock = self._budget.lock  # Ray may run batches of one actor in threads
+        self._budget.join(self)
 
     def words(self, text: str) -> list[str]:
         """The words (tokens) of ``text``, in order."""
+        key = (self.lang, text)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
         chunks = text.split()
         with self._lock:
-            memo = self._memo
-            hit = memo.get(text)
-            if hit is not None:
-                memo.move_to_end(text)
-                return hit
             self._ensure(chunks)
-            out = memo[text] = list(chain.from_iterable(map(self._cache.__getitem__, chunks)))
-            self._memo_words += len(out)
-            while self._memo_words > self._memo_limit and len(memo) > 1:
-                self._memo_words -= len(memo.popitem(last=False)[1])
+            out = list(chain.from_iterable(map(self._cache.__getitem__, chunks)))
+        self._memo.put(key, out)
         return out
 
     def sentences(self, lines: Sequence[str]) -> int:
@@ -271,16 +347,13 @@ class WordSplitter:
 
     def _ensure(self, chunks: Iterable[str]) -> None:
         """Put every chunk in the cache (one spaCy call for those it lacks); call with the lock held."""
+        self._budget.turn_if_due()  # a new generation: memory stays bounded (CacheBudget)
         cache = self._cache
         wanted = set(chunks)
         missing = set(filterfalse(cache.__contains__, wanted))  # no bytecode per chunk
         if not missing:
             return
-        if len(cache) + len(missing) > self._max_cache:  # a new generation: memory stays bounded
-            self._old, cache = cache, {}
-            self._cache = cache
-            self._kind = {}
-            missing = wanted
+        before = len(cache)
         old = self._old
         if old:  # what the previous generation knew moves over: the frequent chunks are never asked again
             known = set(filter(old.__contains__, missing))  # not missing & old: that would walk all of old
@@ -307,6 +380,11 @@ class WordSplitter:
             cache[chunk] = tuple(chain.from_iterable(
                 (p,) if _NO_SPACE_CHAR.fullmatch(p) else cache[p] for p in parts
             ))
+        self._budget.spend(len(cache) - before)
+
+    def _turn(self) -> None:
+        """The current generation becomes the previous one (:meth:`CacheBudget.turn_if_due`, lock held)."""
+        self._old, self._cache, self._kind = self._cache, {}, {}
 
     def _affix_split(self, chunk: str) -> tuple[str, str] | None:
         """spaCy's tokens of the commonest chunks after plain words, without spaCy: a word and one punctuation
@@ -391,6 +469,15 @@ def splitter(lang: str) -> WordSplitter:
             if s is None:
                 s = _SPLITTERS[lang] = WordSplitter(lang)
     return s
+
+
+def reset_splitters() -> None:
+    """Forget every splitter, its caches and the memo: the next filter starts cold (``bench/filters.py`` times
+    each filter as a fresh worker runs it)."""
+    global _BUDGET, _MEMO
+    with _SPLITTERS_LOCK:
+        _SPLITTERS.clear()
+        _BUDGET, _MEMO = CacheBudget(CACHE_ENTRIES), WordMemo(MEMO_WORDS)
 
 
 @lru_cache(maxsize=256)

@@ -8,7 +8,9 @@ stages alike, so ``stats.json`` and the live counters agree.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import time
 from collections.abc import Callable
 from typing import cast
 
@@ -23,12 +25,15 @@ from pipeline.job import events as ev
 from pipeline.job.errors import JobError
 from pipeline.job.graph import READ_KEY, build_graph
 from pipeline.job.records import Counters, CurateResult, GroupRecord, whole
-from pipeline.job.stats import StageRecorder, reject_file_tag, start_stats_actor
+from pipeline.job.state import JsonObject
+from pipeline.job.stats import StageRecorder, batch_key, reject_file_tag, start_stats_actor
 from pipeline.job.tasks import EventSink, PhaseContext
 from pipeline.output.curated import Part, sorted_parts, write_part
 from pipeline.output.groups import collect_groups, split_part
 from pipeline.readers import expand_inputs
-from pipeline.spec import JobSpec
+from pipeline.readers.paths import source_name
+from pipeline.spec import InputSpec, JobSpec
+from pipeline.worker_start import process_start_seconds
 
 #: times the curate phase is run when Ray loses work it cannot rebuild (see :func:`curate`)
 CURATE_ATTEMPTS = 3
@@ -44,7 +49,7 @@ def run(ctx: PhaseContext) -> CurateResult:
     result = curate(ctx.spec, storage.join(work, "curated"), stage, ctx.par, ctx.emit, ctx.check_cancel)
     if ctx.spec.output.split_by and result.docs:
         return CurateResult(result.parts, result.stages, result.files, result.attempts, result.repeated_reports,
-                            _split(ctx, result.parts, ctx.spec.output.split_by))
+                            _split(ctx, result.parts, ctx.spec.output.split_by), result.inputs, result.overhead)
     return result
 
 
@@ -124,8 +129,10 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
     stats_actor = start_stats_actor()
     rejected_dir = storage.join(stage_dir, "rejected") if spec.output.write_rejected else None
 
+    started = time.time()
+
     def recorder(key: str) -> StageRecorder:
-        return StageRecorder(key, stats_actor, rejected_dir, attempt)
+        return StageRecorder(key, stats_actor, rejected_dir, attempt, started)
 
     files = expand_inputs(spec.inputs)
     parts: list[Part] = []
@@ -135,12 +142,14 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
         except DedupIndexError as exc:
             raise JobError(str(exc), "validation") from None
         # no CPU of its own: the stages' actor pools may hold every CPU until their output is consumed
-        ds = ds.map_batches(write_part, fn_kwargs={"folder": curated_dir},  # type: ignore[arg-type]  # Ray's types: no fn_kwargs
+        ds = ds.map_batches(_write_part, fn_kwargs={"folder": curated_dir, "stats": stats_actor,  # type: ignore[arg-type]  # Ray's types: no fn_kwargs
+                                                    "started": started},
                             batch_size=None, batch_format="pyarrow", num_cpus=0, concurrency=par)
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None, prefetch_batches=0):
             check_cancel()
             parts.extend(Part.from_json(row) for row in cast(pa.Table, batch).to_pylist())
     counters: Counters = ray.get(stats_actor.snapshot.remote())
+    overhead: dict[str, float] = ray.get(stats_actor.overheads.remote())
     repeated: dict[str, int] = ray.get(stats_actor.repeated.remote())
     if repeated:
         emit(ev.LogLine(level="warning", message="curate: Ray ran work again after losing a worker; batches it had "
@@ -148,7 +157,46 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
     if rejected_dir:
         _drop_stale_rejects(rejected_dir, attempt)
     emit(ev.StageCounters(stages=counters))
-    return CurateResult(parts, counters, len(files), attempt, repeated, whole(parts))
+    return CurateResult(parts, counters, len(files), attempt, repeated, whole(parts), input_records(spec, files),
+                        overhead)
+
+
+def _write_part(table: pa.Table, folder: str, stats: ActorHandle, started: float) -> pa.Table:
+    """:func:`write_part`, its seconds (and its worker process's start) counted as the phase's ``write_parts``."""
+    t0 = time.perf_counter() - process_start_seconds(started)
+    out = write_part(table, folder)
+    if table.num_rows:
+        ray.get(stats.add_overhead.remote("write_parts", time.perf_counter() - t0, batch_key(table.column("ord"))))
+    return out
+
+
+def input_records(spec: JobSpec, files: list[tuple[int, InputSpec, str]]) -> tuple[JsonObject, ...]:
+    """Per spec input: its files, their bytes, a fingerprint (sha256 over each file's name below the input and
+    size: the same files give the same one, wherever they lie) and its first file index (an input without
+    files: where the next one starts). One stat per file, on the driver, as listing them took."""
+    out: list[JsonObject] = []
+    n = len(files)
+    for inp in reversed(spec.inputs):
+        mine = [p for _, s, p in files if s is inp]
+        n = next((i for i, s, _ in files if s is inp), n)
+        sizes = [_size(p) for p in mine]
+        digest = hashlib.sha256()
+        for p, size in zip(mine, sizes, strict=True):
+            digest.update(f"{source_name(inp.path, p)}\t{size}\n".encode())
+        out.append({"path": inp.path, "format": inp.format, "files": len(mine), "bytes": sum(sizes),
+                    "sha256": digest.hexdigest(), "start": n})
+    return tuple(reversed(out))
+
+
+def _size(path: str) -> int:
+    """A local file's size (one stat); 0 for an object (a request per object would slow a large listing down:
+    its fingerprint is then over names only) and for an unreadable file (the reader counts it)."""
+    if storage.is_remote(path):
+        return 0
+    try:
+        return storage.size(path)
+    except OSError:
+        return 0
 
 
 def _drop_stale_rejects(rejected_dir: str, attempt: int) -> None:

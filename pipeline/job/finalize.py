@@ -14,6 +14,8 @@ import ray
 from ray import ObjectRef
 
 from pipeline import storage
+from pipeline.card.profile import merge_profiles
+from pipeline.job import events as ev
 from pipeline.job.records import (
     CurateResult,
     DocumentsRecord,
@@ -43,10 +45,25 @@ def run(ctx: PhaseContext, state: WorkState, curated: CurateResult, written: lis
     stats = job_stats(ctx.spec, curated, written, state, documents, ctx.par, time.perf_counter() - t_start)
     storage.write_text(storage.join(ctx.stage, STATS), json.dumps(stats.to_json(), indent=2) + "\n")
     manifest = _stage_manifests(ctx, written) if written is not None else None
+    _stage_card(ctx)
     ctx.check_cancel()
     commit()
     clear(ctx.work)
     return stats, manifest
+
+
+def _stage_card(ctx: PhaseContext) -> None:
+    """``CARD.md`` and ``card/`` (pipeline/card), staged to be published with the rest. A card that cannot be made
+    does not fail a job whose data is sound: a warning event says so, the output has no card, and
+    ``tokenmill card OUT`` makes it later."""
+    from pipeline.card.build import write_card  # matplotlib: only when a job finishes
+
+    try:
+        write_card(ctx.stage, ctx.spec.output.card_compare, ctx.spec.model_dump(mode="json"))
+    except Exception as exc:  # noqa: BLE001 - reported as an event; the shards and stats stand
+        storage.rmtree(storage.join(ctx.stage, "card"))
+        ctx.emit(ev.LogLine(level="warning", message=f"card: not written ({type(exc).__name__}: {exc}); "
+                                                     "`tokenmill card OUT` makes it from the published output"))
 
 
 def _export_documents(ctx: PhaseContext, curated: CurateResult) -> DocumentsRecord:
@@ -119,22 +136,30 @@ def job_stats(spec: JobSpec, curated: CurateResult, written: list[WriteResult] |
     seconds = Seconds(curation=state.seconds("curate"), total=round(total_s, 3))
     if written is None:
         return Stats(spec.name, dict(curated.stages), OutputTotals(), seconds, _docs_per_s(curated, total_s), 0.0,
-                     par, documents=documents)
+                     par, documents=documents, inputs=curated.inputs, overhead={"curation": curated.overhead})
     groups = None
     if any(r.group for r in written):  # output.split_by: a shard set per group
         docs = {g.name: g.docs for g in curated.groups}
         groups = {r.group: GroupStats(docs[r.group], OutputTotals.of(r.shards), r.packing) for r in written}
     tokenize = TokenizeTotals.merge([r.tokenize for r in written])
+    task_s, shard_s = sum(r.task_seconds for r in written), sum(r.shard_seconds for r in written)
     stages = {**curated.stages, "90-tokenize": {
         "docs_in": tokenize.docs, "docs_out": tokenize.docs, "dropped": {}, "bytes_in": tokenize.bytes_in,
-        "bytes_out": 0, "seconds": tokenize.seconds}}
+        "bytes_out": 0, "seconds": round(task_s, 3),
+        # the write phase's tasks: tokenizing, the rest of the range tasks (reading, packing), the shard tasks
+        "steps": {"tokenize": tokenize.seconds, "pack": round(max(0.0, task_s - shard_s - tokenize.seconds), 3),
+                  "write_shards": round(shard_s, 3)}}}
     output = OutputTotals.of([s for r in written for s in r.shards])
     seconds = Seconds(seconds.curation, seconds.total, state.seconds("tokenizer"), state.seconds("write"))
     write_s = seconds.write or 0.0
     tokens_per_s = round(output.tokens / max(write_s, 1e-9), 1) if write_s else 0.0
     return Stats(spec.name, stages, output, seconds, _docs_per_s(curated, total_s), tokens_per_s, par, groups=groups,
                  packing=Packing.merge([r.packing for r in written], spec.packing.seq_len, spec.packing.method),
-                 writers=len({w for r in written for w in r.writers}), documents=documents)
+                 writers=len({w for r in written for w in r.writers}), documents=documents,
+                 profile=merge_profiles([r.profile for r in written]), inputs=curated.inputs,
+                 overhead={"curation": curated.overhead,
+                           "tokenize_pack_write": {"idle": round(sum(r.idle_seconds for r in written), 3),
+                                                   "dispatch": round(sum(r.dispatch_seconds for r in written), 3)}})
 
 
 def _docs_per_s(curated: CurateResult, total_s: float) -> float:

@@ -15,8 +15,9 @@ import os
 import re
 from typing import Literal, TypedDict
 
-PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json", "documents.json")
-PUBLISHED_FOLDERS = ("shards", "rejected", "index", "documents")
+PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json", "documents.json", "CARD.md")
+#: ``card/``: the dataset card's figures and the spec it names (pipeline/card)
+PUBLISHED_FOLDERS = ("shards", "rejected", "index", "documents", "card")
 PUBLISHED = PUBLISHED_FILES + PUBLISHED_FOLDERS
 #: ``output.split_by``: one shard set per group in ``OUT/<group>/`` (pipeline/output/groups.py)
 GROUP_FILES = ("manifest.json", "tokenizer.json")

@@ -26,6 +26,7 @@ from pipeline.job.output_layout import (
     Journal,
     Marker,
     OutputError,
+    check_rel,
     check_rel_list,
     describe_os_error,
     is_manifest,
@@ -202,6 +203,18 @@ class StoreBase(ABC):
     def is_tokenmill(self) -> bool:
         """Whether tokenmill wrote this output (its marker exists and parses)."""
         return self.read_marker() is not None
+
+    def add_published(self, names: list[str]) -> None:
+        """List ``names`` (published names, :func:`check_rel`) in the marker of a finished output, under its lock:
+        files written after the commit (``tokenmill card`` on an output older than cards) are then served and
+        replaced like the rest. A folder without a marker is left alone."""
+        with self.lock():
+            marker = self.read_marker()
+            if marker is None:
+                return
+            missing = [check_rel(n) for n in names if n not in marker["files"]]
+            if missing:
+                self._write_record(self.marker_path, new_marker(marker["files"] + missing, marker["created"]))
 
     def _load_journal(self) -> Journal | None:
         try:

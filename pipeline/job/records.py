@@ -12,7 +12,7 @@ group, where a job without ``split_by`` has one unnamed group; the write phase r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from pipeline import storage
 from pipeline.job.state import JsonObject
@@ -80,6 +80,15 @@ class CurateResult:
     #: per stage, the reports Ray repeated (ignored: each batch counts once)
     repeated_reports: dict[str, int]
     groups: list[GroupRecord]
+    #: per spec input: ``{path, format, files, bytes, sha256, start}`` (``sha256`` over each file's path below
+    #: the input and size; ``start`` its first file index, ``ord >> 40``): the card's sources (stats.json ``inputs``)
+    inputs: tuple[JsonObject, ...] = ()
+    #: worker-seconds of the phase's own steps outside every stage: ``write_parts`` (the kept documents written)
+    overhead: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def input_starts(self) -> tuple[int, ...]:
+        return tuple(int(i["start"]) for i in self.inputs)
 
     @property
     def docs(self) -> int:
@@ -97,7 +106,8 @@ class CurateResult:
     def to_json(self) -> JsonObject:
         data: JsonObject = {"parts": [p.to_json() for p in self.parts], "docs": self.docs, "stages": self.stages,
                             "files": self.files, "writers": self.writers, "attempts": self.attempts,
-                            "repeated_reports": self.repeated_reports}
+                            "repeated_reports": self.repeated_reports, "inputs": list(self.inputs),
+                            "overhead": self.overhead}
         if self.split:
             data["groups"] = {g.name: {"parts": [p.to_json() for p in g.parts], "docs": g.docs} for g in self.groups}
         return data
@@ -108,7 +118,8 @@ class CurateResult:
         groups = [GroupRecord(name, [Part.from_json(p) for p in g["parts"]]) for name, g in data["groups"].items()
                   ] if "groups" in data else whole(parts)
         return cls(parts, data["stages"], int(data["files"]), int(data["attempts"]),
-                   dict(data.get("repeated_reports") or {}), groups)
+                   dict(data.get("repeated_reports") or {}), groups,
+                   tuple(data.get("inputs") or ()), dict(data.get("overhead") or {}))
 
 
 # ---- tokenizer ---------------------------------------------------------------------------------------
@@ -180,6 +191,10 @@ class RangeRecord:
     tokenize_seconds: float
     seconds: float
     writer: str
+    #: the kept documents' profile (:class:`pipeline.card.profile.KeptProfile`); None in an older work folder
+    profile: JsonObject | None = None
+    #: when its task started (wall clock): the driver's submit time to it is Ray's dispatch (WriteResult)
+    started: float = 0.0
 
     @property
     def docs(self) -> int:
@@ -195,7 +210,8 @@ class RangeRecord:
     def from_json(cls, data: JsonObject) -> RangeRecord:
         return cls(int(data["range"]), int(data["lo"]), int(data["hi"]), int(data["samples"]), int(data["tokens"]),
                    bool(data["has_mask"]), Packing.from_json(data["packing"]), int(data["bytes_in"]),
-                   float(data["tokenize_seconds"]), float(data["seconds"]), str(data.get("writer", "")))
+                   float(data["tokenize_seconds"]), float(data["seconds"]), str(data.get("writer", "")),
+                   data.get("profile"), float(data.get("started", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -206,14 +222,17 @@ class ShardRecord:
     shard: ShardInfo
     writer: str
     seconds: float
+    #: when its task started (wall clock), as :attr:`RangeRecord.started`
+    started: float = 0.0
 
     def to_json(self) -> JsonObject:
-        return {**asdict(self.shard), "index": self.index, "writer": self.writer, "seconds": self.seconds}
+        return {**asdict(self.shard), "index": self.index, "writer": self.writer, "seconds": self.seconds,
+                "started": self.started}
 
     @classmethod
     def from_json(cls, data: JsonObject) -> ShardRecord:
         return cls(int(data["index"]), ShardInfo(**{k: data[k] for k in _SHARD_FIELDS if k in data}),
-                   str(data.get("writer", "")), float(data.get("seconds", 0.0)))
+                   str(data.get("writer", "")), float(data.get("seconds", 0.0)), float(data.get("started", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -249,18 +268,32 @@ class WriteResult:
     #: seconds of every range and shard task, summed
     task_seconds: float
     info: TokenizerInfo
+    #: of ``task_seconds``, the shard tasks' (the rest is the range tasks': read, tokenize, pack)
+    shard_seconds: float = 0.0
+    #: worker-seconds with no task to run (:class:`pipeline.job.write.IdleClock`); 0 in an older work folder
+    idle_seconds: float = 0.0
+    #: seconds between a task's submission and its start, summed: Ray's dispatch (a worker's start, the
+    #: function's import, fetching its arguments)
+    dispatch_seconds: float = 0.0
+    #: its ranges' profiles merged (:func:`pipeline.card.profile.merge_profiles`)
+    profile: JsonObject | None = None
 
     def to_json(self) -> JsonObject:
         return {"shards": [asdict(s) for s in self.shards], "writers": self.writers, "packing": self.packing.to_json(),
                 "has_mask": self.has_mask, "tokenize": self.tokenize.to_json(), "task_seconds": self.task_seconds,
-                "info": asdict(self.info)}
+                "shard_seconds": self.shard_seconds, "idle_seconds": self.idle_seconds,
+                "dispatch_seconds": self.dispatch_seconds,
+                "info": asdict(self.info), "profile": self.profile}
 
     @classmethod
     def from_json(cls, group: str, data: JsonObject) -> WriteResult:
         return cls(group=group, shards=[ShardInfo(**s) for s in data["shards"]], writers=list(data["writers"]),
                    packing=Packing.from_json(data["packing"]), has_mask=bool(data["has_mask"]),
                    tokenize=TokenizeTotals.from_json(data["tokenize"]), task_seconds=float(data["task_seconds"]),
-                   info=TokenizerInfo(**data["info"]))
+                   shard_seconds=float(data.get("shard_seconds", 0.0)),
+                   idle_seconds=float(data.get("idle_seconds", 0.0)),
+                   dispatch_seconds=float(data.get("dispatch_seconds", 0.0)),
+                   info=TokenizerInfo(**data["info"]), profile=data.get("profile"))
 
 
 def written_to_json(results: list[WriteResult]) -> JsonObject:
@@ -345,6 +378,14 @@ class Stats:
     packing: Packing | None = None
     writers: int | None = None
     documents: DocumentsRecord | None = None
+    #: the kept documents' profile (:mod:`pipeline.card.profile`), for the dataset card; a job with shards only
+    profile: JsonObject | None = None
+    #: the spec's inputs as read (:attr:`CurateResult.inputs`)
+    inputs: tuple[JsonObject, ...] = ()
+    #: per phase, worker-seconds measured outside the stages: curation's ``write_parts`` (the kept documents
+    #: written as Parquet parts); the write phase's ``idle`` (no task to run) and ``dispatch`` (a task submitted,
+    #: not started yet), as its scheduler measured them
+    overhead: dict[str, dict[str, float]] | None = None
 
     def to_json(self) -> JsonObject:
         """The keys in the order ``stats.json`` has always had them."""
@@ -362,14 +403,22 @@ class Stats:
         data["seconds"] = self.seconds.to_json()
         data["throughput"] = {"docs_per_s": self.docs_per_s, "tokens_per_s": self.tokens_per_s}
         data["parallelism"] = self.parallelism
+        if self.overhead:
+            data["overhead"] = self.overhead
         data["coverage"] = self.coverage()
+        if self.inputs:
+            data["inputs"] = [{k: v for k, v in i.items() if k != "start"} for i in self.inputs]
+        if self.profile is not None:
+            data["profile"] = self.profile
         return data
 
     def coverage(self) -> dict[str, float]:
-        """Per phase, the stages' seconds over the worker-seconds the phase had (its wall x ``parallelism``): how
-        much of a phase the per-stage figures explain. Every stage reports what its tasks and workers spent
-        (batches, setup, a dedup stage's every task), so what is left is Ray's scheduling, worker starts and
-        workers idle at a phase's end. The write phase's stage is ``90-tokenize``."""
+        """Per phase, the stages' seconds and the phase's measured ``overhead`` over the worker-seconds the phase
+        had (its wall x ``parallelism``): how much of a phase the figures explain. Every stage reports what its
+        tasks and workers spent (batches, setup and the start of a worker process it was the first in, a dedup
+        stage's every task; ``90-tokenize``, the write phase's stage, every range and shard task), and the write
+        phase's scheduler measures the worker-seconds it had no task for and each task's wait for Ray to start
+        it; what is left is Ray's own scheduling in curation and the return of results."""
         def share(seconds: float, wall: float | None) -> float | None:
             return round(seconds / (wall * self.parallelism), 3) if wall else None
 
@@ -378,7 +427,9 @@ class Stats:
             return float(value) if isinstance(value, int | float) else 0.0
 
         curate = sum((seconds(v) for k, v in self.stages.items() if k != "90-tokenize"), 0.0)
+        curate += sum((self.overhead or {}).get("curation", {}).values())
         out = {"curation": share(curate, self.seconds.curation)}
         if "90-tokenize" in self.stages:
-            out["tokenize_pack_write"] = share(seconds(self.stages["90-tokenize"]), self.seconds.write)
+            overhead = sum((self.overhead or {}).get("tokenize_pack_write", {}).values())
+            out["tokenize_pack_write"] = share(seconds(self.stages["90-tokenize"]) + overhead, self.seconds.write)
         return {k: v for k, v in out.items() if v is not None}

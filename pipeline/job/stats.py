@@ -67,6 +67,8 @@ class StageTotals:
         self.seen: dict[str, set[str]] = {}
         #: per stage, how many reports repeated a batch already counted (and were ignored)
         self.repeats: Counter[str] = Counter()
+        #: seconds of the phase's own steps outside every stage (``write_parts``), each batch counted once
+        self.overhead: dict[str, float] = {}
 
     def add(
         self,
@@ -98,6 +100,16 @@ class StageTotals:
         if metrics:
             self.metrics.setdefault(stage, StageMetrics()).merge(metrics)
         return True
+
+    def add_overhead(self, step: str, seconds: float, key: str) -> None:
+        """Seconds of a step of the phase that belongs to no stage; a repeat of ``key`` is ignored."""
+        seen = self.seen.setdefault(f"overhead:{step}", set())
+        if key not in seen:
+            seen.add(key)
+            self.overhead[step] = self.overhead.get(step, 0.0) + seconds
+
+    def overheads(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in sorted(self.overhead.items())}
 
     def snapshot(self) -> dict[str, dict[str, object]]:
         """Every stage's counts; ``counters`` and ``scores`` (summaries) where the stage recorded any."""
@@ -174,6 +186,9 @@ class StageRecorder:
     rejected_dir: str | None
     #: the curate attempt this recorder belongs to (its ``rejected/`` file names carry it)
     attempt: int = 1
+    #: when the phase started (wall clock): a worker process started after it counts its start
+    #: (:func:`pipeline.worker_start.process_start_seconds`) in the seconds of the first stage that runs in it
+    phase_started: float | None = None
 
     def counts(self, key: str | None = None, *, docs_in: int = 0, docs_out: int = 0,
                dropped: dict[str, int] | None = None, bytes_in: int = 0, bytes_out: int = 0, seconds: float = 0.0,

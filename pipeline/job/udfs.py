@@ -33,6 +33,7 @@ from pipeline.job.stats import StageRecorder, batch_key
 from pipeline.readers import read_file
 from pipeline.spec import InputSpec
 from pipeline.stages.base import Stage, StageContext, run_batch
+from pipeline.worker_start import process_start_seconds
 
 READ_BATCH = 512
 #: what ``prepare()`` gave, in the object store (wrapped in a tuple so Ray hands the ref over instead of resolving it)
@@ -51,6 +52,9 @@ class ReadFiles:
     """
 
     def __init__(self, recorder: StageRecorder, links: list[StageLink] | None = None, batch_docs: int = READ_BATCH):
+        start = process_start_seconds(getattr(recorder, "phase_started", None))
+        if start:
+            recorder.counts(seconds=start)
         self.recorder = recorder
         self.chain = StageChain(links) if links else None
         self.batch_docs = batch_docs
@@ -97,15 +101,15 @@ class BatchStageRunner:
 
     def __init__(self, stage_cls: type[Stage], params_json: str, ctx: StageContext, recorder: StageRecorder,
                  prepared: Prepared = (None,)):
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() - process_start_seconds(getattr(recorder, "phase_started", None))
         self.stage = stage_cls(stage_cls.Params.model_validate_json(params_json), ctx)
         ref = prepared[0]  # wrapped in a tuple so Ray hands the ref over instead of resolving it
         if ref is not None:
             self.stage.prepared = ray.get(ref)
         self.stage.setup()
         self.recorder = recorder
-        # the worker's setup (models, word splitters) is the stage's cost too: counted in its seconds, once per
-        # worker (the key names the actor's creation, so a restarted actor is not counted twice)
+        # the worker's setup (its process's start, models, word splitters) is the stage's cost too: counted in its
+        # seconds, once per worker (the key names the actor's creation, so a restarted actor is not counted twice)
         recorder.counts(seconds=time.perf_counter() - t0)
 
     @staticmethod

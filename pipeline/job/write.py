@@ -31,6 +31,7 @@ import ray
 from tokenizers import Tokenizer
 
 from pipeline import storage
+from pipeline.card.profile import KeptProfile, merge_profiles
 from pipeline.documents import text_bytes
 from pipeline.job import events as ev
 from pipeline.job import tokenizer
@@ -76,6 +77,8 @@ class PackConfig:
     max_open: int
     dtype: str
     samples_per_shard: int
+    #: the first file index of each spec input: the kept documents' profile counts per input (pipeline/card/profile.py)
+    input_starts: tuple[int, ...] = ()
 
 
 # ---- the phase (on the driver) -----------------------------------------------------------------------
@@ -83,15 +86,35 @@ class PackConfig:
 
 def run(ctx: PhaseContext, curated: CurateResult, tok: TokenizerRecord) -> list[WriteResult]:
     """Every group's shard set, in group order (one unnamed group without ``output.split_by``)."""
+    idle = IdleClock(ctx.par)
     tok_json, info = tokenizer.load(ctx, tok)
     p = ctx.spec.packing
     cfg = PackConfig(p.seq_len, p.method, p.max_open, token_dtype(info.vocab_size).name,
-                     ctx.spec.output.samples_per_shard)
+                     ctx.spec.output.samples_per_shard, curated.input_starts)
     results, before = [], 0
     for group in curated.groups:
-        results.append(_ShardSetWriter(ctx, group, tok_json, info, cfg, before, curated.docs).run())
+        results.append(_ShardSetWriter(ctx, group, tok_json, info, cfg, before, curated.docs, idle).run())
         before += group.docs
     return results
+
+
+class IdleClock:
+    """Worker-seconds the phase had no task for: the integral of ``workers - tasks in flight`` over time, from the
+    phase's start (the tokenizer's load, fewer ranges left than workers, the tail after the last task). Measured
+    on the driver as the scheduler runs, so that ``stats.json`` says where the phase's time went (``idle``)
+    rather than leaving it to a remainder."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.seconds = 0.0
+        self._last = time.perf_counter()
+
+    def tick(self, inflight: int) -> float:
+        """Count the time since the last tick with ``inflight`` tasks running; returns the total so far."""
+        now = time.perf_counter()
+        self.seconds += max(0, self.workers - inflight) * (now - self._last)
+        self._last = now
+        return self.seconds
 
 
 @dataclass(frozen=True)
@@ -146,8 +169,10 @@ class _ShardSetWriter:
     are recorded under its work folder as they finish."""
 
     def __init__(self, ctx: PhaseContext, group: GroupRecord, tok_json: str, info: TokenizerInfo, cfg: PackConfig,
-                 done_before: int, total_docs: int):
+                 done_before: int, total_docs: int, idle: IdleClock):
         self.ctx, self.group, self.tok_json, self.info, self.cfg = ctx, group, tok_json, info, cfg
+        self.idle, self.idle_before = idle, idle.seconds
+        self.dispatch = 0.0
         self.work, self.stage = group.work_dir(ctx.work), group.stage_dir(ctx.stage)
         self.ranges_dir = storage.join(self.work, "ranges")
         self.parts = sorted_parts(group.parts)
@@ -186,18 +211,28 @@ class _ShardSetWriter:
         tok_ref, parts_ref = ray.put(self.tok_json), ray.put(self.parts)
         todo = schedule_order([r for r in range(len(self.bounds)) if r not in plan.ranges], self.bounds, self.parts)
         last_report = 0.0
+        submitted: dict[tuple[str, int], float] = {}
         while todo or plan.due or tasks.inflight:
             ctx.check_cancel()
             while (plan.due or todo) and len(tasks.inflight) < ctx.par:
+                self.idle.tick(len(tasks.inflight))
                 if plan.due:
                     s = plan.due.popleft()
+                    submitted[("shard", s.index)] = time.time()
                     tasks.submit(write.remote(s.index, s.slices, self.ranges_dir, self.cfg, self.stage, s.partial))
                 else:
                     r = todo.pop(0)
+                    submitted[("range", r)] = time.time()
                     lo, hi = self.bounds[r]
                     tasks.submit(pack.remote(r, lo, hi, self.group.curated_dir(ctx.work), parts_ref, tok_ref,
                                              self.info, self.cfg, self.ranges_dir))
-            for rec in tasks.next_done(timeout=0.5):
+            running = len(tasks.inflight)
+            done = tasks.next_done(timeout=0.5)
+            self.idle.tick(running)
+            for rec in done:
+                if isinstance(rec, RangeRecord | ShardRecord):  # from its submission to its start: Ray's dispatch
+                    sent = submitted.pop(("range" if isinstance(rec, RangeRecord) else "shard", rec.index), rec.started)
+                    self.dispatch += max(0.0, rec.started - sent)
                 if isinstance(rec, RangeRecord):
                     range_log.append(rec.to_json())
                     plan.add(rec)
@@ -217,6 +252,7 @@ class _ShardSetWriter:
         spec = self.ctx.spec
         ranges = [self.plan.ranges[r] for r in range(len(self.bounds))]
         shards = [self.shards[s] for s in sorted(self.shards)]
+        idle = self.idle.tick(0) - self.idle_before
         return WriteResult(
             group=self.group.name, shards=[s.shard for s in shards], writers=sorted({s.writer for s in shards}),
             packing=Packing.merge([r.packing for r in ranges], spec.packing.seq_len, spec.packing.method),
@@ -224,6 +260,9 @@ class _ShardSetWriter:
             tokenize=TokenizeTotals(sum(r.docs for r in ranges), sum(r.bytes_in for r in ranges),
                                     round(sum(r.tokenize_seconds for r in ranges), 3)),
             task_seconds=round(sum(r.seconds for r in ranges) + sum(s.seconds for s in shards), 3), info=self.info,
+            shard_seconds=round(sum(s.seconds for s in shards), 3), idle_seconds=round(idle, 3),
+            dispatch_seconds=round(self.dispatch, 3),
+            profile=merge_profiles([r.profile for r in ranges]),
         )
 
 
@@ -309,27 +348,32 @@ def _encoder(tok_json: str, info: TokenizerInfo) -> DocEncoder:
 def pack_range(r: int, lo: int, hi: int, curated: str, parts: list[Part], tok_json: str, info: TokenizerInfo,
                cfg: PackConfig, ranges_dir: str) -> RangeRecord:
     """Tokenize and pack documents ``[lo, hi)``; write the range file; return its record."""
-    t0 = time.perf_counter()
-    table = read_rows(curated, parts, lo, hi, columns=["id", "ord", "text", "segments"])
+    t0, started = time.perf_counter(), time.time()
+    table = read_rows(curated, parts, lo, hi, columns=["id", "ord", "text", "segments", "meta"])
     encoder = _encoder(tok_json, info)
     packer = make_packer(cfg.method, cfg.seq_len, cfg.max_open)
     seqs: list[PackedSequence] = []
     ids_col, ord_col = table.column("id").to_pylist(), table.column("ord").to_pylist()
+    profile = KeptProfile(cfg.input_starts)
     t_tok = 0.0
     for b in range(0, table.num_rows, ENCODE_BATCH):
         chunk = table.slice(b, ENCODE_BATCH)
         t1 = time.perf_counter()
-        encoded = encoder.encode(chunk.column("text").to_pylist(), chunk.column("segments").to_pylist())
+        texts = chunk.column("text").to_pylist()
+        encoded = encoder.encode(texts, chunk.column("segments").to_pylist())
         t_tok += time.perf_counter() - t1
+        metas = chunk.column("meta").to_pylist()
         for j, (ids, mask) in enumerate(encoded):
             seqs.extend(packer.add(ids_col[b + j], ids, mask, ord_col[b + j]))
+            profile.add(ord_col[b + j], texts[j], len(ids), metas[j])
     seqs.extend(packer.flush())
     has_mask = _write_range(seqs, range_file(ranges_dir, r))
     st = packer.stats
     return RangeRecord(index=r, lo=lo, hi=hi, samples=len(seqs), tokens=st.tokens, has_mask=has_mask,
                        packing=Packing(st.method, st.seq_len, st.docs, st.docs_cut, st.sequences, st.tokens),
                        bytes_in=text_bytes(table), tokenize_seconds=round(t_tok, 3),
-                       seconds=round(time.perf_counter() - t0, 3), writer=worker_name())
+                       seconds=round(time.perf_counter() - t0, 3), writer=worker_name(), profile=profile.to_json(),
+                       started=started)
 
 
 def _write_range(seqs: list[PackedSequence], path: str) -> bool:
@@ -350,7 +394,7 @@ def _write_range(seqs: list[PackedSequence], path: str) -> bool:
 def write_shard_task(s: int, slices: list[tuple[int, int, int]], ranges_dir: str, cfg: PackConfig, out_dir: str,
                      partial: bool) -> ShardRecord:
     """Write shard ``s`` from its range-file slices; return its manifest entry and who wrote it."""
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     dtype = np.dtype(cfg.dtype)
     limit = np.iinfo(dtype).max
     samples, tokens, key = [], 0, s * cfg.samples_per_shard
@@ -373,4 +417,5 @@ def write_shard_task(s: int, slices: list[tuple[int, int, int]], ranges_dir: str
             tokens += len(ids)
             key += 1
     info = write_shard(out_dir, s, samples, tokens, partial)
-    return ShardRecord(index=s, shard=info, writer=worker_name(), seconds=round(time.perf_counter() - t0, 3))
+    return ShardRecord(index=s, shard=info, writer=worker_name(), seconds=round(time.perf_counter() - t0, 3),
+                       started=started)

@@ -39,7 +39,7 @@ from service.api.deps import require_key
 from service.api.edge import Edge
 from service.api.keycache import KeyCache
 from service.api.openapi import install as install_openapi
-from service.api.routers import artifacts, dashboard, health, jobs, metrics, schedules
+from service.api.routers import artifacts, dashboard, health, jobs, metrics, mixtures, schedules
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.schedules.scheduler import Scheduler
 from service.settings import Settings
@@ -126,6 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(artifacts.router)  # a job's and a version's files: what trainers stream
     app.include_router(schedules.router)
+    app.include_router(mixtures.router)  # pinned blends of jobs and versions (issue 25)
     metrics.install(app)  # /metrics and the HTTP latency middleware
     app.include_router(dashboard.router)  # the page at /
     if not public:

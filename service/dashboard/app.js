@@ -83,10 +83,12 @@ async function connect() {
     return;
   }
   refreshSchedules();
+  refreshMixtures();
   timers.push(setInterval(() => refreshJobs().catch((e) => {
     if (!(e instanceof Unauthorized)) setStatus(`cannot reach the API: ${e.message}`, true);
   }), JOBS_EVERY_MS));
-  timers.push(setInterval(() => { refreshSchedules(); if (schedule) loadSchedule(schedule); }, SCHEDULES_EVERY_MS));
+  timers.push(setInterval(() => { refreshSchedules(); refreshMixtures(); if (schedule) loadSchedule(schedule); },
+                          SCHEDULES_EVERY_MS));
   const wanted = new URLSearchParams(location.hash.slice(1));
   if (wanted.get("job")) select(wanted.get("job"));
   if (wanted.get("schedule")) openSchedule(wanted.get("schedule"));
@@ -485,6 +487,59 @@ function renderArtifacts(container, base, files) {
   table.append(body);
   const summary = el("p", { className: "muted", text: files.length ? `${files.length} files` : "no published file" });
   container.replaceChildren(summary, el("div", { className: "scroll" }, table), note, viewer);
+  if (files.some((f) => f.name === CARD_NAME)) {
+    const card = el("div", { className: "card-view" });
+    container.prepend(card);
+    loadCard(card, base, new Set(files.map((f) => f.name)));
+  }
+}
+
+// ---- the dataset card: CARD.md as text, its SVG figures parsed and sanitized (no innerHTML, no blob: images) --
+
+const CARD_NAME = "CARD.md";
+const CARD_FIGURE = /\]\((card\/[A-Za-z0-9_-]+\.svg)\)/g;
+
+async function loadCard(box, base, names) {
+  box.replaceChildren(el("h4", { text: "Dataset card" }), el("p", { className: "muted", text: "loading CARD.md..." }));
+  try {
+    const r = await api(artifactPath(base, CARD_NAME));
+    if (!r.ok) { box.replaceChildren(el("p", { className: "error", text: `card: ${refusal(r, await jsonOf(r)).text}` })); return; }
+    const text = await r.text();
+    const figures = el("div", { className: "card-figures" });
+    const shown = [...new Set([...text.matchAll(CARD_FIGURE)].map((m) => m[1]))].filter((n) => names.has(n));
+    box.replaceChildren(el("h4", { text: "Dataset card" }), figures,
+                        el("pre", { className: "card-text", text }));
+    for (const name of shown) {
+      const fr = await api(artifactPath(base, name));
+      if (!fr.ok) continue;
+      const node = safeSvg(await fr.text());
+      if (node) figures.append(el("figure", { "data-name": name }, node));
+    }
+  } catch (err) {
+    if (!(err instanceof Unauthorized)) box.replaceChildren(el("p", { className: "error", text: `card: ${err.message}` }));
+  }
+}
+
+function safeSvg(text) {
+  // parsed as XML (scripts in it never run), then stripped of anything active before it joins the page
+  const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+  const root = doc.documentElement;
+  if (!root || root.namespaceURI !== "http://www.w3.org/2000/svg" || root.localName !== "svg") return null;
+  // the card's figures carry presentation attributes, no inline style (pipeline/card/figures.py)
+  for (const bad of root.querySelectorAll("script, foreignObject, iframe, a, style")) bad.remove();
+  for (const node of [root, ...root.querySelectorAll("*")]) {
+    node.removeAttribute("style");
+    for (const attr of [...node.attributes]) {
+      const value = attr.value.trim().toLowerCase();
+      if (attr.name.toLowerCase().startsWith("on") || ((attr.localName === "href") && !value.startsWith("#"))) {
+        node.removeAttribute(attr.name);
+      }
+    }
+  }
+  root.removeAttribute("width");
+  root.removeAttribute("height");
+  root.setAttribute("class", "card-figure");
+  return document.importNode(root, true);
 }
 
 async function viewArtifact(base, name, viewer, note) {
@@ -732,19 +787,51 @@ function renderThroughput(job) {
   chart.replaceChildren(...nodes);
 }
 
+// ---- mixtures (shown only when the API has them) ---------------------------------------------------------
+
+function pinnedText(pinned) {
+  if (pinned && pinned.schedule) return `schedule ${shortId(pinned.schedule)} v${pinned.version}`;
+  if (pinned && pinned.job) return `job ${shortId(pinned.job)}`;
+  return "-";
+}
+
+async function listItems(path) {
+  // the `items` of a list route, or null when the API has no such route (the panel stays hidden)
+  try {
+    const r = await api(path);
+    if (!r.ok) return null;
+    const body = await r.json();
+    return Array.isArray(body.items) ? body.items : null;
+  } catch (e) {
+    return null;
+  }
+}
+
+async function refreshMixtures() {
+  const items = await listItems("v1/mixtures");
+  $("mixtures-panel").hidden = items === null;
+  if (items === null) return;
+  $("mixtures-empty").hidden = items.length > 0;
+  // items: MixtureOut of /v1/mixtures (service/api/routers/mixtures.py); one row per source
+  $("mixtures").tBodies[0].replaceChildren(...items.flatMap((mix) => mix.sources.map((src, i) => {
+    const tr = document.createElement("tr");
+    tr.dataset.mixture = mix.id;
+    if (i === 0) {
+      const name = cell(mix.name);
+      const id = cell(idCode(mix.id));
+      name.rowSpan = id.rowSpan = mix.sources.length;
+      tr.append(name, id);
+    }
+    tr.append(cell(src.name), cell(pinnedText(src.pinned)), cell(src.target_share.toFixed(3), "num"),
+              cell(src.tokens.toLocaleString(), "num"), cell(src.epochs.toFixed(2), "num"));
+    return tr;
+  })));
+}
+
 // ---- schedules (shown only when the API has them) --------------------------------------------------------
 
 async function refreshSchedules() {
-  let items = null;
-  try {
-    const r = await api("v1/schedules");
-    if (r.ok) {
-      const body = await r.json();
-      items = Array.isArray(body.items) ? body.items : null;
-    }
-  } catch (e) {
-    items = null;
-  }
+  const items = await listItems("v1/schedules");
   $("schedules-panel").hidden = items === null;
   if (items === null) return;
   $("schedules-empty").hidden = items.length > 0;

@@ -135,7 +135,8 @@ def first_tokenizer(version_paths: list[str]) -> str | None:
 def refresh_spec(template: dict[str, Any], files: list[tuple[int, str]], out: str, number: int,
                  earlier: list[str]) -> dict[str, Any]:
     """The job spec of run ``number``: the schedule's spec reading only ``files`` (``(input index, path)``),
-    dedup'd against the ``earlier`` versions' folders, written into ``OUT/vNNNNNN``."""
+    dedup'd against the ``earlier`` versions' folders (oldest first), written into ``OUT/vNNNNNN``, whose card
+    compares it with them (``output.card_compare``)."""
     spec = copy.deepcopy(template)
     inputs = template["inputs"]
     spec["name"] = f"{template['name']}-{version_name(number)}"
@@ -151,5 +152,6 @@ def refresh_spec(template: dict[str, Any], files: list[tuple[int, str]], out: st
         shared = first_tokenizer(earlier)
         if shared is not None:
             spec["tokenizer"] = dict(tok, path=shared)
-    spec["output"] = dict(spec["output"], path=str(version_dir(out, number)), overwrite=False)
+    # the version's dataset card compares it with the one before and plots every earlier version's size
+    spec["output"] = dict(spec["output"], path=str(version_dir(out, number)), overwrite=False, card_compare=earlier)
     return spec

@@ -289,3 +289,19 @@ class RetiredVersion(_VersionColumns, Base):
     retired_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (UniqueConstraint("schedule_id", "number", name="uq_retired_versions_number"),)
+
+
+class StoredMixture(Base):
+    """A mixture made by ``POST /v1/mixtures``: its spec, and the mixture file as served (``document``, whose
+    sha256 is also its id's source: the same pinned sources give the same mixture)."""
+
+    __tablename__ = "mixtures"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column()
+    document: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    samples: Mapped[int] = mapped_column(BigInteger)
+    tokens: Mapped[int] = mapped_column(BigInteger)
+    api_key_id: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -10,7 +10,8 @@ versions stay served at their URLs (:func:`service.store.repo.get_version` reads
 What is served: only what the output's last commit published (the names its ``.tokenmill/marker.json``
 lists) and of those only what a trainer reads: ``manifest.json``, ``stats.json``, ``tokenizer.json``, the
 shards the manifest lists, ``documents.json`` (an older output's ``documents/index.json``) and the parts
-it lists, and an ``output.split_by`` group's manifest, tokenizer and shards. Never ``rejected/`` (the dropped
+it lists, an ``output.split_by`` group's manifest, tokenizer and shards, and the dataset card (``CARD.md``,
+``card/*.svg|png`` and ``card/spec.yaml``, whose secrets are redacted). Never ``rejected/`` (the dropped
 documents' text: what a PII or quality stage took out), ``index/`` (dedup internals) or ``.tokenmill/``.
 
 Refusals: a name that is not a plain relative path (absolute, ``..``, ``.``, an empty or hidden part, a
@@ -62,7 +63,9 @@ router = APIRouter(tags=["artifacts"])
 
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: files served whole, hashed on demand (small): the shard set's and a group's
-_SMALL = frozenset({MANIFEST, STATS, TOKENIZER, *DOCUMENTS_INDEXES})
+_SMALL = frozenset({MANIFEST, STATS, TOKENIZER, *DOCUMENTS_INDEXES, "CARD.md"})
+#: the dataset card's figures and spec (``card/``, pipeline/card): served beside ``CARD.md``
+_CARD_FILE = re.compile(r"card/[A-Za-z0-9_-]+\.(svg|png|yaml)")
 _GROUP_SMALL = frozenset({MANIFEST, TOKENIZER})
 #: entries kept in each cache (catalogs per output folder; digests per file)
 _CACHE_SIZE = 256
@@ -180,7 +183,8 @@ def build_catalog(folder: str) -> Catalog:
         parts = name.split("/")
         group = _group(parts)
         rest = parts[1:] if group else parts
-        if (not group and name in _SMALL) or (group and len(rest) == 1 and rest[0] in _GROUP_SMALL):
+        if (not group and (name in _SMALL or _CARD_FILE.fullmatch(name))) or (
+                group and len(rest) == 1 and rest[0] in _GROUP_SMALL):
             entries[name] = Entry()
         elif name in known and rest[0] in ("shards", "documents"):
             entries[name] = known[name]
@@ -305,6 +309,8 @@ def _etag_matches(header: str | None, sha: str) -> bool:
 async def _serve(request: Request, src: Source, name: str) -> Response:
     real, st, sha = await run_in_threadpool(_prepare, src, name)
     headers = {"ETag": f'"{sha}"', "Cache-Control": src.cache_control}
+    if name.endswith(".svg"):  # a card figure opened at the API's origin: an image, never a page that runs anything
+        headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
     if _etag_matches(request.headers.get("if-none-match"), sha):
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
     response = FileResponse(real, stat_result=st, headers=headers)

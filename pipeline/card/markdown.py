@@ -1,0 +1,186 @@
+"""``CARD.md``'s text: YAML front matter in the Hugging Face dataset-card format, then the sections."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from pipeline.card.collect import CARD_DIR, SPEC, CardData
+
+#: the Hub's size categories, by kept documents
+SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+         (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
+_ISO = re.compile(r"^[a-z]{2,3}(_[A-Z][a-z]{3})?$")
+
+
+def size_category(n: int) -> str:
+    return next((label for bound, label in SIZES if n < bound), "n>1T" if n >= 10 ** 12 else "1B<n<10B")
+
+
+def front_matter(d: CardData) -> dict[str, Any]:
+    meta: dict[str, Any] = {"pretty_name": d.name}
+    langs = [code for code, n in d.languages.items() if n > 0 and _ISO.match(code)]
+    if langs:
+        meta["language"] = langs
+    meta["size_categories"] = [size_category(d.kept_docs)]
+    meta["task_categories"] = ["text-generation"]
+    if d.documents is not None:
+        ext = "parquet" if d.documents.get("documents") == "parquet" else "jsonl"
+        meta["configs"] = [{"config_name": "default", "data_files": [{"split": "train", "path": f"documents/*.{ext}"}]}]
+    own: dict[str, Any] = {"spec_hash": (d.manifest or {}).get("spec_hash"),
+                           "tokenizer_hash": (d.manifest or {}).get("tokenizer_hash"), "versions": d.versions,
+                           "inputs": [{k: i.get(k) for k in ("path", "format", "files", "bytes", "sha256")}
+                                      for i in d.stats.get("inputs") or []]}
+    meta["tokenmill"] = {k: v for k, v in own.items() if v not in (None, [])}
+    return meta
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(v: Any) -> str:
+        text = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+        return text.replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def figure(name: str, alt: str) -> str:
+    return f"![{alt}]({CARD_DIR}/{name}.svg)  \n([PNG]({CARD_DIR}/{name}.png))"
+
+
+def render(d: CardData, figures: Sequence[str], extra: Sequence[str] = ()) -> str:
+    """The whole card; ``figures`` are the names written into ``card/``, ``extra`` more sections (a comparison)."""
+    out = ["---", yaml.safe_dump(front_matter(d), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
+           f"# {d.name}", "", "Written by tokenmill from what the job recorded (`stats.json`, `manifest.json`, "
+           "`card/spec.yaml`, a sample of `rejected/`). `tokenmill card OUT` rebuilds it.", ""]
+    for section in (_sources, _pipeline, _funnel, _languages, _lengths, _tokens, _pii, _contamination, _tokenizer):
+        text = section(d, figures)
+        if text:
+            out += [text, ""]
+    out += list(extra)
+    out += [_rebuild(d), ""]
+    return "\n".join(out)
+
+
+def _sources(d: CardData, figs: Sequence[str]) -> str:
+    inputs = d.stats.get("inputs") or []
+    srcs = (d.profile or {}).get("sources") or {}
+    rows = [[i.get("path"), i.get("format"), i.get("files"), i.get("bytes"), srcs.get(str(n), {}).get("docs", "-"),
+             srcs.get(str(n), {}).get("tokens", "-")] for n, i in enumerate(inputs)]
+    body = table(["input", "format", "files", "bytes", "documents kept", "tokens"], rows) if rows else \
+        "The job recorded no per-input figures (an output written before tokenmill recorded them)."
+    return "\n".join(["## Sources", "", body] + (["", figure("sources", "tokens per source")]
+                                                   if "sources" in figs else []))
+
+
+def _pipeline(d: CardData, figs: Sequence[str]) -> str:
+    if d.spec is None:
+        return "## Pipeline\n\nStages: " + ", ".join(f"`{s['stage']}`" for s in d.stages)
+    def params(s: dict[str, Any]) -> str:
+        return yaml.safe_dump(s.get("params") or {}, default_flow_style=True, width=10 ** 6).strip()
+    rows = [[i + 1, s.get("type"), params(s)] for i, s in enumerate(d.spec.get("stages") or [])]
+    return "\n".join(["## Pipeline", "", table(["#", "stage", "parameters"], rows)])
+
+
+def _funnel(d: CardData, figs: Sequence[str]) -> str:
+    rows = [[s["stage"], s["docs_in"], s["docs_out"],
+             ", ".join(f"{k}: {v:,}" for k, v in (s.get("dropped") or {}).items()) or "-"] for s in d.stages]
+    reasons = d.drop_reasons()
+    parts = ["## Funnel", "", table(["stage", "documents in", "documents out", "dropped (reason: documents)"], rows)]
+    if "funnel" in figs:
+        parts += ["", figure("funnel", "documents through the stages")]
+    if reasons:
+        parts += ["", "Drop reasons, every stage and rule (`(annotated)`: would be dropped; annotate mode kept it):",
+                  "",
+                  table(["reason", "documents"], list(reasons.items()))]
+        if "drops" in figs:
+            parts += ["", figure("drops", "drop reasons per rule")]
+    return "\n".join(parts)
+
+
+def _languages(d: CardData, figs: Sequence[str]) -> str:
+    langs = d.languages
+    if not langs:
+        return ""
+    total = sum(langs.values()) or 1
+    kept = (d.profile or {}).get("languages") or {}
+    rows = [[code, n, f"{100 * n / total:.1f} %", kept.get(code, {}).get("docs", "-")]
+            for code, n in sorted(langs.items(), key=lambda kv: (-kv[1], kv[0]))]
+    parts = ["## Languages", "", "As the `lid` stage counted every document it saw; kept: in the output.", "",
+             table(["language", "documents (lid)", "share", "kept"], rows)]
+    return "\n".join(parts + (["", figure("languages", "language shares")] if "languages" in figs else []))
+
+
+def _lengths(d: CardData, figs: Sequence[str]) -> str:
+    if "lengths" not in figs:
+        return ""
+    return "\n".join(["## Document lengths", "", f"Kept: every document in the output; dropped: a sample of "
+                      f"{d.dropped.docs:,} records of `rejected/` (the first of each stage's files), tokens by the "
+                      "job's tokenizer.", "", figure("lengths", "document lengths, kept and dropped")])
+
+
+def _tokens(d: CardData, figs: Sequence[str]) -> str:
+    out, packing = d.stats.get("output") or {}, d.stats.get("packing")
+    if not packing:
+        return ""
+    rows = [["shards", out.get("shards")], ["samples (packed sequences)", out.get("samples")],
+            ["tokens", out.get("tokens")], ["seq_len", packing.get("seq_len")], ["method", packing.get("method")],
+            ["utilization", f"{100 * float(packing.get('utilization', 0)):.2f} %"],
+            ["documents cut at a sequence end", packing.get("docs_cut")]]
+    return "\n".join(["## Tokens and packing", "", table(["", ""], rows)])
+
+
+def _pii(d: CardData, figs: Sequence[str]) -> str:
+    found = d.counters("pii", "entity:")
+    if d.stage("pii") is None:
+        return ""
+    params = next((s.get("params") or {} for s in (d.spec or {}).get("stages") or [] if s.get("type") == "pii"), {})
+    mode, actions = params.get("mode", "redact"), params.get("actions") or {}
+    rows = [[t, n, "annotated (kept)" if mode == "annotate" else actions.get(t, "placeholder")]
+            for t, n in found.items()]
+    body = table(["type", "entities", "action"], rows) if rows else "No entity found."
+    return "\n".join(["## PII", "", body])
+
+
+def _contamination(d: CardData, figs: Sequence[str]) -> str:
+    if d.stage("decontaminate") is None:
+        return ""
+    docs = d.counters("decontaminate", "docs:")
+    rules, items = d.counters("decontaminate", "rule:"), d.counters("decontaminate", "item:")
+    rows = []
+    for bench, n in docs.items():
+        by_rule = ", ".join(f"{r.split(':', 1)[1]}: {v}" for r, v in rules.items() if r.split(":", 1)[0] == bench)
+        found = sorted(k.split(":", 1)[1] for k in items if k.split(":", 1)[0] == bench)
+        shown = ", ".join(found[:10]) + (f" (+{len(found) - 10})" if len(found) > 10 else "")
+        rows.append([bench, n, d.counters("decontaminate", "exact_docs:").get(bench, 0), by_rule or "-",
+                     len(found), shown or "-"])
+    body = table(["benchmark", "documents", "exact", "matches per rule", "items found", "items"], rows) if rows \
+        else "No benchmark item found in the corpus."
+    return "\n".join(["## Benchmark contamination", "", body])
+
+
+def _tokenizer(d: CardData, figs: Sequence[str]) -> str:
+    if d.manifest is None and d.vocab_size is None:
+        return ""
+    langs: Mapping[str, Mapping[str, int]] = (d.profile or {}).get("languages") or {}
+    rows = [[code, r["sample_docs"], f"{r['sample_bytes'] / r['sample_tokens']:.2f}",
+             f"{r['sample_words'] / r['sample_tokens']:.3f}"] for code, r in langs.items() if r.get("sample_tokens")]
+    every = (d.profile or {}).get("sample_every", 8)
+    vocab = f"{d.vocab_size:,}" if d.vocab_size else "?"
+    parts = ["## Tokenizer", "", f"Vocabulary: {vocab} tokens; sha256 `{(d.manifest or {}).get('tokenizer_hash')}`."]
+    if rows:
+        parts += ["", f"Efficiency on a sample of the kept documents (one in {every}, by position; words split at "
+                  "whitespace):", "", table(["language", "documents", "bytes / token", "words / token"], rows)]
+    return "\n".join(parts)
+
+
+def _rebuild(d: CardData) -> str:
+    if d.spec is None:
+        return "## Rebuild\n\nThis output predates `card/spec.yaml`: its spec was not recorded."
+    return "\n".join(["## Rebuild", "", f"The spec is `{CARD_DIR}/{SPEC}` (secrets redacted; `output.path` is "
+                      "`rebuilt`, relative to that folder; input paths as the job read them):", "", "```yaml",
+                      yaml.safe_dump(d.spec, sort_keys=False, allow_unicode=True).rstrip(), "```", "", "```bash",
+                      f"tokenmill run {CARD_DIR}/{SPEC}", "```"])

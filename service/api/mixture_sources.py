@@ -1,0 +1,74 @@
+"""Mixtures made by the control plane: each source is one of its own jobs or schedule versions, resolved and
+pinned when the mixture is created (``latest`` becomes the number it is then), and written into the mixture
+file as the artifacts URL path the trainer streams it from (``/v1/jobs/{id}/artifacts``,
+``/v1/schedules/{id}/versions/{n}/artifacts``: relative to the server the mixture file is read from).
+
+A path or URL source is refused here (422): the service reads only its own outputs, never a location a
+client names; ``tokenmill mix`` blends those where they can be read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from fastapi import HTTPException, status
+
+from pipeline.mixture_format import Mixture
+from pipeline.mixture_plan import ResolvedSource, plan_mixture
+from pipeline.mixture_spec import MixtureSpec, SourceSpec
+from pipeline.problems import Problem, SpecError
+from pipeline.shard_format import MANIFEST, MAX_MANIFEST_BYTES, Manifest, ShardFormatError, read_regular
+from service.admission import Refused
+from service.api.routers import artifacts
+from service.settings import Settings
+from service.store import repo
+from service.store.db import Database
+
+
+def _resolve_one(db: Database, settings: Settings, src: SourceSpec) -> ResolvedSource:
+    pinned: dict[str, Any]
+    if src.job is not None:
+        where = artifacts.job_source(db, settings, src.job)
+        location, pinned = f"/v1/jobs/{src.job}/artifacts", {"job": src.job}
+    else:
+        assert src.schedule is not None  # the spec holds exactly one of path, job, schedule
+        number = artifacts.version_number(db, src.schedule, str(src.version or "latest"))
+        where = artifacts.version_source(db, settings, src.schedule, number)
+        location = f"/v1/schedules/{src.schedule}/versions/{number}/artifacts"
+        pinned = {"schedule": src.schedule, "version": number}
+    data = read_regular(os.path.join(where.folder, MANIFEST), MAX_MANIFEST_BYTES)
+    return ResolvedSource(src, location, Manifest.from_json(data), hashlib.sha256(data).hexdigest(), pinned)
+
+
+def resolve(db: Database, settings: Settings, spec: MixtureSpec) -> list[ResolvedSource]:
+    """Every source's manifest, pinned; :class:`Refused` (422) naming each source that cannot be used."""
+    problems, out = [], []
+    for i, src in enumerate(spec.sources):
+        field = "path" if src.path is not None else "job" if src.job is not None else "schedule"
+        if src.path is not None:
+            problems.append(Problem(("sources", i, "path"), f"{src.name}: the control plane blends its own jobs and "
+                                    "schedule versions: give job or schedule (or run `tokenmill mix` where the "
+                                    "path can be read)", "mixture"))
+            continue
+        try:
+            out.append(_resolve_one(db, settings, src))
+        except HTTPException as exc:
+            problems.append(Problem(("sources", i, field), f"{src.name}: {exc.detail}", "mixture"))
+        except repo.NotFound as exc:
+            problems.append(Problem(("sources", i, field), f"{src.name}: {exc}", "mixture"))
+        except (OSError, ShardFormatError) as exc:
+            problems.append(Problem(("sources", i, field), f"{src.name}: no readable manifest ({exc})", "mixture"))
+    if problems:
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, problems)
+    return out
+
+
+def make(db: Database, settings: Settings, spec: MixtureSpec) -> Mixture:
+    try:
+        return plan_mixture(spec, resolve(db, settings, spec))
+    except Refused:
+        raise
+    except SpecError as exc:
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, exc.problems) from None
