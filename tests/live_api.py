@@ -23,7 +23,6 @@ What schemathesis is told beyond the schema (``CONFIG``), each for a reason:
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
 from service.store.models import JobState
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
@@ -95,12 +95,6 @@ def wait_healthy(proc: subprocess.Popen[bytes], base: str, log: Path, timeout: f
         time.sleep(0.1)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def live_api(tmp: Path, url: str | None = None, schema: str | None = None) -> Iterator[Live]:
     """The API on ``url`` (default a SQLite file in ``tmp``; ``schema``: a PostgreSQL schema) at ``Live.url``."""
@@ -117,7 +111,7 @@ def live_api(tmp: Path, url: str | None = None, schema: str | None = None) -> It
     db.dispose()
     settings = Settings(state_dir=tmp / "state", database_url=url, database_schema=schema, input_roots=(in_root,),
                         output_roots=(out_root,), run_supervisor=False, events_poll_s=0.05)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), SETTINGS_ENV: settings.model_dump_json()}
     with open(tmp / "serve.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "service.api.app:app_from_env",

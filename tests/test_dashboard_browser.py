@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from service.api.app import create_app
 from service.settings import Settings
 from service.store import repo
 from service.store.models import JobState
+from tests.ports import free_port
 from tests.test_service_metrics import SHARD_TOKENS, STAGES, add_events, engine_events, seed_job, stage_counters
 
 pytestmark = pytest.mark.slow
@@ -91,18 +91,12 @@ class Gate:
         await self.app(scope, receive, send)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[tuple[str, object, str]]:
     """``(base_url, app, token)``: the service (API only) on a SQLite file, served by uvicorn in a thread."""
     tmp = tmp_path_factory.mktemp("dashboard")
     app = create_app(Settings(state_dir=tmp / "state", run_supervisor=False, events_poll_s=0.2))
-    port = _free_port()
+    port = free_port()
     app.state.gate = Gate(app)
     srv = uvicorn.Server(uvicorn.Config(app.state.gate, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.filters.c4 import C4Quality
 from pipeline.filters.fineweb import FineWebQuality
-from pipeline.filters.gopher import GopherQuality, GopherRepetition, NGrams
+from pipeline.filters.gopher import BatchNGrams, GopherQuality, GopherRepetition, NGrams
 from pipeline.filters.text import _spacy_tokenizer, normalize_lang, splitter
 from pipeline.stages import stage_class
 from pipeline.stages.base import StageContext, run_batch
@@ -276,6 +276,52 @@ def test_ngram_statistics_equal_the_reference():
             assert again.dup_chars(n) == _dup_reference(words, n), (trial, n)
             if len(words) >= n:
                 assert again.top_chars(n) == _top_reference(words, n), (trial, n)
+
+
+
+def test_a_batchs_ngram_statistics_are_each_documents_own():
+    """One BatchNGrams over many documents (words shared between them, empty and one-word documents among them)
+    counts every document as if it were alone: no n-gram crosses or repeats across a document boundary."""
+    rng = random.Random(11)
+    vocab = unique_words(6, seed=99)
+    docs = []
+    for trial in range(60):
+        words = [rng.choice(vocab) for _ in range(rng.choice([0, 1, 3, 9, rng.randint(10, 200)]))]
+        if trial % 5 == 0:
+            words = words[:15] * 4
+        docs.append(words)
+    docs.append(docs[7][:])  # the same words as another document: still counted apart
+    batch = BatchNGrams(docs)
+    for n in (10, 2, 5, 3, 9, 4, 6, 7, 8):  # levels are computed once, in any order of asking
+        for d, words in enumerate(docs):
+            grams = batch.doc(d)
+            if len(words) >= n:
+                assert grams.top_chars(n) == _top_reference(words, n), (d, n)
+            assert grams.dup_chars(n) == _dup_reference(words, n), (d, n)
+
+
+def test_repetition_gives_the_same_verdicts_per_batch_and_per_document():
+    rng = random.Random(12)
+    vocab = unique_words(40, seed=5)
+    texts = []
+    for i in range(80):
+        words = [rng.choice(vocab) for _ in range(rng.randint(20, 300))]
+        if i % 3 == 0:
+            words = words[:25] * rng.randint(2, 5)
+        texts.append(" ".join(words))
+    texts += ["", "one", PROSE]
+    for mode in ("filter", "annotate"):
+        stage = GopherRepetition(GopherRepetition.Params(mode=mode), CTX)
+        one = [stage.verdict(stage.filter({"id": i, "text": t, "meta": {}})) for i, t in enumerate(texts)]
+        res = run_batch(stage, [{"id": i, "text": t, "meta": {}} for i, t in enumerate(texts)])
+        if mode == "filter":
+            dropped = {d.doc["id"]: (d.reason, d.detail.get("scores", {})) for d in res.drops}
+            assert {i: (v.reason, v.scores) for i, v in enumerate(one) if not v.keep} == dropped
+            assert {d["id"] for d in res.kept} == {i for i, v in enumerate(one) if v.keep}
+            assert 0 < len(dropped) < len(texts)
+        else:
+            got = [d["meta"]["filters"]["gopher_repetition"] for d in res.kept]
+            assert [(g["keep"], g["reason"], g["scores"]) for g in got] == [(v.keep, v.reason, v.scores) for v in one]
 
 
 # ---------------------------------------------------------------- C4

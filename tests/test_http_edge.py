@@ -43,17 +43,12 @@ from service.store import repo
 from service.store.db import Database
 from service.store.models import ApiKey
 from tests.live_api import wait_healthy
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 2  # the server's head, body and keep-alive timeouts here
 MAX_CONNECTIONS = 60
 UNAUTHORIZED = {"detail": "a valid API key is required (Authorization: Bearer ...)"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +63,7 @@ def server(tmp_path_factory):
     with db.session() as s:
         _, token = repo.create_key(s, "edge")
     db.dispose()
-    port = _free_port()
+    port = free_port()
     log = open(tmp / "serve.log", "wb")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(
         [sys.executable, "-m", "service.commands.serve", "--host", "127.0.0.1", "--port", str(port),

@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from service.runner import process
 from service.store import repo
 from service.store.db import Database
 from tests.corpus_fixtures import make_text, write_jsonl
+from tests.ports import free_port
 from tests.processes import kill_all, processes_naming
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -67,19 +67,13 @@ def _spec(root: Path, out: str) -> dict:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Service:
     """``tokenmill serve`` as a subprocess; ``kill()`` is a SIGKILL, as a crash would do."""
 
     def __init__(self, tmp: Path, root: Path, ray_tmp: str):
         self.tmp, self.root, self.ray_tmp = tmp, root, ray_tmp
         self.state = tmp / "state"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.starts = 0

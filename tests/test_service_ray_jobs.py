@@ -20,7 +20,6 @@ import os
 import random
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.corpus_fixtures import make_text, write_jsonl
+from tests.ports import free_port
 from tests.processes import kill_all, processes_naming, stop_group
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,12 +155,6 @@ def test_the_supervisor_follows_submissions_by_their_id(tmp_path: Path, monkeypa
     db.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spec(root: Path, out: str, docs: str = "in") -> dict:
     return {
         "name": f"ray-jobs-{out}",
@@ -210,7 +204,7 @@ def test_a_job_runs_and_cancels_through_the_ray_jobs_api(tmp_path: Path, monkeyp
     for k, v in auth.items():
         monkeypatch.setenv(k, v)  # for the Jobs API client in this process
     temp = tempfile.mkdtemp(prefix="tmrj-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    port, dash = _free_port(), _free_port()
+    port, dash = free_port(), free_port()
     env = {**os.environ, **auth, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO),
            # the entrypoint's ``python`` is this interpreter (tokenmill installed), as in the cluster's image
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -55,6 +55,21 @@ def test_keys_are_per_stage_and_unkeyed_reports_always_add() -> None:
     assert "03-exact_dedup" in snap and totals.repeated() == {}
 
 
+
+def test_a_driver_gap_counts_every_workers_wait_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's steps while no worker has a task (after a dataset is materialized, at the phase's end) cost
+    every worker their wall time: counted from the last report, and never twice for one stretch of time."""
+    clock = iter([100.0, 103.0, 103.0, 104.5, 110.0]).__next__
+    monkeypatch.setattr("pipeline.job.stats.time.time", clock)
+    totals = StageTotals()
+    totals.add("07-exact_dedup", seconds=1.0, key="t1")  # a task ended at 100
+    totals.driver_gap("materialize", 2)  # at 103: 3 s x 2 workers
+    totals.driver_gap("materialize", 2)  # at 103 again, no report since: nothing more
+    totals.add_overhead("write_parts", 0.5, "w1")  # a worker reported at 104.5
+    totals.driver_gap("finish", 2)  # at 110: from 104.5
+    assert totals.overheads() == {"finish": 11.0, "materialize": 6.0, "write_parts": 0.5}
+
+
 def test_batch_key_names_the_documents_of_a_batch() -> None:
     assert batch_key([3, 4, 5]) == batch_key(np.array([3, 4, 5], dtype=np.int64))
     assert batch_key([3, 4, 5]) != batch_key([3, 4, 6])

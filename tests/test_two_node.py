@@ -35,6 +35,7 @@ import yaml
 
 from pipeline.job.graph import READ_KEY
 from tests.corpus_fixtures import make_text, write_jsonl
+from tests.ports import free_port
 from tests.processes import stop_group
 from tests.test_job_engine import _events, _tree
 
@@ -73,12 +74,6 @@ def _spec(tmp: Path, out: str) -> Path:
 
 
 # ---- processes ------------------------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
@@ -210,7 +205,7 @@ def test_a_node_killed_mid_job_changes_nothing_in_the_output(ray_local: Any, tmp
            "RAY_health_check_period_ms": "300", "RAY_health_check_timeout_ms": "300",
            "RAY_health_check_failure_threshold": "3"}
     env.pop("RAY_ADDRESS", None)
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     common = ["--block", "--disable-usage-stats"]
     logs = [open(tmp_path / name, "w") for name in ("node0.log", "node1.log", "job.out")]  # noqa: SIM115

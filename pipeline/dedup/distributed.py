@@ -159,6 +159,9 @@ class DocBlocks:
     def from_dataset(cls, ds: Any, recorder: Any = None, _sorted: bool = False) -> DocBlocks:
         """Materialize ``ds``; when its blocks' ord ranges overlap, sort it by ord first (a shuffle)."""
         refs = ds.materialize().to_arrow_refs()
+        gap = getattr(recorder, "driver_gap", None)  # a StageRecorder: workers wait for the driver here
+        if gap is not None:
+            gap("materialize")  # from the last batch of the graph to here
         stats = ray.get([_block_stats.remote(recorder, r) for r in refs]) if refs else []
         rows = np.array([s[0] for s in stats], dtype=np.int64)
         lo = np.array([s[1] for s in stats], dtype=np.int64)
@@ -181,6 +184,8 @@ class DocBlocks:
             _, first, gid = np.unique(gid, return_index=True, return_inverse=True)
             group[order] = gid
             bounds = lo[order][first]
+        if gap is not None:
+            gap("materialize")  # from the last block's statistics to the stage's first task
         return cls(refs=refs, rows=rows, lo=lo, hi=hi, group=group, bounds=bounds)
 
     def blocks_of_group(self, k: int) -> list[int]:

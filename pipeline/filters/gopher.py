@@ -7,20 +7,23 @@ so the reason is the same one datatrove gives. Where datatrove reads the paper i
 does the same, and says so on the parameter.
 
 Repetition is the expensive rule set (datatrove joins every n-gram into a string, n = 2..10). Here each word
-becomes a 64-bit hash, an n-gram a polynomial hash of its words', computed for all positions at once with numpy;
-counting is a sort of only the positions where an n-gram can repeat (:class:`NGrams`). The greedy scan of the
-"duplicate n-gram" rule visits only positions whose n-gram repeats.
+becomes a 64-bit hash, an n-gram a polynomial hash of its words', computed for all positions of a whole batch at
+once with numpy; counting is a sort of only the positions where an n-gram can repeat (:class:`BatchNGrams`). The
+greedy scan of the "duplicate n-gram" rule visits only positions whose n-gram repeats.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 from pydantic import Field
 
-from pipeline.documents import Doc
+from pipeline.documents import Doc, Drop
 from pipeline.filters.text import (
     NO_SPACE_LANGS,
     RuleCheck,
@@ -176,7 +179,10 @@ class GopherRepetitionParams(FilterParams):
 
 
 class GopherRepetition(FilterStage):
-    """Drop repetitive documents (Gopher); reasons ``gopher_repetition:<rule>``."""
+    """Drop repetitive documents (Gopher); reasons ``gopher_repetition:<rule>``.
+
+    A batch's n-gram rules are computed for all its documents at once (:class:`BatchNGrams`): per document, numpy's
+    call overhead, not the work, was most of the filter's cost (documents of a few hundred words)."""
 
     name = "gopher_repetition"
     Params = GopherRepetitionParams
@@ -184,120 +190,208 @@ class GopherRepetition(FilterStage):
     def setup(self) -> None:
         splitter(self.params.language)
 
+    def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
+        p = self.params
+        checks = [self._text_rules(doc) for doc in docs]
+        pending = [k for k, (_, done) in enumerate(checks) if not done]
+        batch = BatchNGrams([splitter(doc_lang(docs[k], p.language)).words(docs[k]["text"]) for k in pending])
+        for j, k in enumerate(pending):
+            self._ngram_rules(checks[k][0], batch.doc(j), len(docs[k]["text"]))
+        for doc, (r, _) in zip(docs, checks, strict=True):
+            yield self.judge(doc, r.verdict())
+
     def filter(self, doc: Doc) -> Verdict:
+        r, done = self._text_rules(doc)
+        if not done:
+            words = splitter(doc_lang(doc, self.params.language)).words(doc["text"])
+            self._ngram_rules(r, NGrams(words), len(doc["text"]))
+        return r.verdict()
+
+    def _text_rules(self, doc: Doc) -> tuple[RuleCheck, bool]:
+        """The paragraph and line rules; True when the verdict is decided without n-grams."""
         p = self.params
         text = doc["text"]
         r = RuleCheck(self.name, p.mode == "annotate")
         if not text:
             r.check(True, "empty")
-            return r.verdict()
+            return r, True
         s = r.scores
         size = len(text)
         paragraphs = _PARAGRAPHS.split(text.strip())
         dup, chars = find_duplicates(paragraphs)
         s["dup_para_ratio"] = dup / len(paragraphs)
         if r.check(_over(s["dup_para_ratio"], p.max_dup_para_ratio), "dup_para_ratio"):
-            return r.verdict()
+            return r, True
         s["dup_para_char_ratio"] = chars / size
         if r.check(_over(s["dup_para_char_ratio"], p.max_dup_para_char_ratio), "dup_para_char_ratio"):
-            return r.verdict()
+            return r, True
         lines = _LINES.split(text)
         dup, chars = find_duplicates(lines)
         s["dup_line_ratio"] = dup / len(lines)
         if r.check(_over(s["dup_line_ratio"], p.max_dup_line_ratio), "dup_line_ratio"):
-            return r.verdict()
+            return r, True
         s["dup_line_char_ratio"] = chars / size
         if r.check(_over(s["dup_line_char_ratio"], p.max_dup_line_char_ratio), "dup_line_char_ratio"):
-            return r.verdict()
-        grams = NGrams(splitter(doc_lang(doc, p.language)).words(text))
+            return r, True
+        return r, False
+
+    def _ngram_rules(self, r: RuleCheck, grams: NGrams, size: int) -> None:
+        p, s = self.params, r.scores
         for n, limit in sorted(p.top_ngram_char_ratio.items()):
             if grams.count < n:
                 continue  # datatrove skips a rule with no n-gram
             ratio = s[f"top_{n}gram_char_ratio"] = grams.top_chars(n) / size
             if r.check(ratio > limit, f"top_{n}gram_char_ratio"):
-                return r.verdict()
+                return
         for n, limit in sorted(p.dup_ngram_char_ratio.items()):
             ratio = s[f"dup_{n}gram_char_ratio"] = grams.dup_chars(n) / size
             if r.check(ratio > limit, f"dup_{n}gram_char_ratio"):
-                return r.verdict()
-        return r.verdict()
+                return
 
 
 def _over(value: float, limit: float | None) -> bool:
     return limit is not None and value > limit
 
 
-class NGrams:
-    """Word n-gram statistics of one document, from 64-bit hashes of the n-grams (numpy, no n-gram strings).
+_MULT = np.uint64(0x9E3779B97F4A7C15)
 
-    Only n-grams that can repeat are looked at: the n-gram at ``i`` occurs twice only if the (n-1)-grams at
-    ``i`` and ``i + 1`` both do, so the positions examined for n are those two masks' intersection, usually a
-    small share of the document (common phrases), and the sort that finds repeats sorts only them. Counts
-    among these positions are exact for every repeated n-gram (all its occurrences are candidates).
 
-    Two different n-grams get the same hash with probability ~2^-64 per pair: a document of a million words
-    has ~5e-8 chance of one false match. Words hash with Python's string hash (cached on the string objects
-    the word splitter returns; salted per process, so only that chance, never a decision, varies).
+@dataclass
+class _Level:
+    """The n-grams of one n across a batch, at every global start position ``i`` (``i + n`` may cross into the
+    next document: such positions are never candidates)."""
+
+    hashes: np.ndarray  # uint64 hash of the n-gram starting at i
+    rep: np.ndarray  # bool, one longer: the n-gram at i occurs twice or more in its document
+    #: the repeated n-grams: first position, count, document (for the top n-gram, computed when first asked)
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    _top: tuple[np.ndarray, np.ndarray] | None = None
+    _rep_pos: np.ndarray | None = None
+    _rep_bounds: np.ndarray | None = None
+
+    def top(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per document, the count of its most frequent n-gram and where it first occurs (global position); no
+        repeat: the first n-gram, once (``Counter.most_common``)."""
+        if self._top is None:
+            count = np.ones(len(starts) - 1, dtype=np.int64)
+            pos = starts[:-1].copy()
+            if self.groups is not None:
+                g_first, g_count, g_doc = self.groups
+                best = np.lexsort((g_first, -g_count, g_doc))  # per document: most frequent, then first to occur
+                g_doc = g_doc[best]
+                lead = np.concatenate(([True], g_doc[1:] != g_doc[:-1]))
+                count[g_doc[lead]] = g_count[best][lead]
+                pos[g_doc[lead]] = g_first[best][lead]
+            self._top = count, pos
+        return self._top
+
+    def repeated_in(self, starts: np.ndarray, d: int) -> np.ndarray:
+        """Global positions of document ``d`` whose n-gram repeats, in order."""
+        if self._rep_pos is None:
+            self._rep_pos = np.flatnonzero(self.rep[:-1])
+            self._rep_bounds = np.searchsorted(self._rep_pos, starts)
+        assert self._rep_bounds is not None
+        return self._rep_pos[self._rep_bounds[d] : self._rep_bounds[d + 1]]
+
+
+class BatchNGrams:
+    """Word n-gram statistics of a batch of documents, from 64-bit hashes of the n-grams (numpy, no n-gram strings).
+
+    The documents' words lie end to end in one array; each n is one pass over it (a multiply-add of the (n-1)-gram
+    hashes and the next word's), and counting is one sort of the positions where an n-gram can repeat: the n-gram
+    at ``i`` occurs twice only if the (n-1)-grams at ``i`` and ``i + 1`` both do, usually a small share of the text
+    (common phrases). Counts are per document: the sort key is the n-gram's hash plus a 64-bit salt of its document,
+    and equal keys count together only within one document. Counts among the candidates are exact for every
+    repeated n-gram (all its occurrences are candidates). Levels are computed on first use, for the whole batch.
+
+    Two different n-grams get the same key with probability ~2^-64 per pair: a batch of a million words has ~5e-8
+    chance of one false match. Words hash with Python's string hash (cached on the string objects the word splitter
+    returns; salted per process, so only that chance, never a decision, varies).
     """
 
-    _MULT = np.uint64(0x9E3779B97F4A7C15)
-    def __init__(self, words: list[str]):
-        self.count = len(words)
-        self._h1 = _mix64(np.fromiter(map(hash, words), dtype=np.int64, count=self.count).view(np.uint64))
-        lengths = np.fromiter(map(len, words), dtype=np.int64, count=self.count)
+    def __init__(self, docs: Sequence[list[str]]):
+        self.counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        self.starts = np.concatenate(([0], np.cumsum(self.counts))).astype(np.int64)  # doc d: starts[d]..starts[d+1]
+        total = int(self.starts[-1])
+        words = list(chain.from_iterable(docs))
+        self._h1 = _mix64(np.fromiter(map(hash, words), dtype=np.int64, count=total).view(np.uint64))
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=total)
         self._ends = np.concatenate(([0], np.cumsum(lengths)))  # characters of words[:i] = _ends[i]
-        self._n = 0  # the n of the arrays below
-        self._h = self._h1  # hash of the n-gram at every start position
-        self._rep = np.ones(self.count + 1, dtype=bool)  # n-gram at i occurs twice or more (n = 0: all)
-        self._top: tuple[int, int] = (0, 0)  # (count, first position) of the most frequent n-gram
+        self._doc = np.repeat(np.arange(len(docs), dtype=np.int64), self.counts)
+        #: per position: words from it to its document's end (an n-gram starts only where n fit)
+        self._left = np.repeat(self.starts[1:], self.counts) - np.arange(total, dtype=np.int64)
+        with np.errstate(over="ignore"):
+            self._salt = _mix64(np.arange(len(docs), dtype=np.uint64) + np.uint64(0x2545F4914F6CDD1D))
+        self._levels: list[_Level] = []
 
-    def _advance(self, n: int) -> None:
-        """Move the arrays to ``n`` (from 1 again when asked for a smaller n than the last)."""
-        if n < self._n or self._n == 0:
-            self._n, self._h, self._rep = 0, self._h1, np.ones(self.count + 1, dtype=bool)
-        while self._n < n:
-            m = self._n + 1
-            size = self.count - m + 1
-            if m > 1:
-                with np.errstate(over="ignore"):
-                    self._h = self._h[:size] * self._MULT + self._h1[m - 1 :]
-            cand = np.flatnonzero(self._rep[:size] & self._rep[1 : size + 1])
-            rep = np.zeros(size + 1, dtype=bool)  # one more: the shifted view of the next n stays in range
-            top = (1, 0)
-            if cand.size > 1:
-                values = self._h[cand]
-                order = np.argsort(values)
-                ordered = values[order]
-                same = ordered[1:] == ordered[:-1]
-                if same.any():
-                    starts = np.flatnonzero(np.concatenate(([True], ~same)))
-                    counts = np.diff(np.append(starts, ordered.size))
-                    firsts = np.minimum.reduceat(cand[order], starts)
-                    best = int(counts.max())
-                    top = (best, int(firsts[counts == best].min()))
-                    repeated = np.repeat(counts > 1, counts)
-                    rep[cand[order[repeated]]] = True
-            self._n, self._rep, self._top = m, rep, top
+    def doc(self, d: int) -> NGrams:
+        return NGrams(batch=self, index=d)
+
+    def level(self, n: int) -> _Level:
+        while len(self._levels) < n:
+            self._levels.append(self._next())
+        return self._levels[n - 1]
+
+    def _next(self) -> _Level:
+        m = len(self._levels) + 1
+        total = len(self._h1)
+        size = max(0, total - m + 1)
+        if m == 1:
+            hashes, prev = self._h1, np.ones(total + 1, dtype=bool)
+        else:
+            with np.errstate(over="ignore"):
+                hashes = self._levels[-1].hashes[:size] * _MULT + self._h1[m - 1 :]
+            prev = self._levels[-1].rep
+        cand = np.flatnonzero((self._left[:size] >= m) & prev[:size] & prev[1 : size + 1])
+        rep = np.zeros(size + 1, dtype=bool)  # one more: the shifted view of the next n stays in range
+        groups = None
+        if cand.size > 1:
+            cdoc = self._doc[cand]
+            with np.errstate(over="ignore"):
+                keys = hashes[cand] + self._salt[cdoc]
+            order = np.argsort(keys)
+            okeys, odoc = keys[order], cdoc[order]
+            same = (okeys[1:] == okeys[:-1]) & (odoc[1:] == odoc[:-1])
+            if same.any():
+                first = np.flatnonzero(np.concatenate(([True], ~same)))
+                counts = np.diff(np.append(first, okeys.size))
+                multi = counts > 1
+                ocand = cand[order]
+                rep[ocand[np.repeat(multi, counts)]] = True
+                groups = (np.minimum.reduceat(ocand, first)[multi], counts[multi], odoc[first][multi])
+        return _Level(hashes, rep, groups)
+
+
+class NGrams:
+    """One document's n-gram statistics: a view of its :class:`BatchNGrams` (a batch of its own when made from
+    a word list)."""
+
+    def __init__(self, words: list[str] | None = None, *, batch: BatchNGrams | None = None, index: int = 0):
+        if batch is None:
+            batch, index = BatchNGrams([words or []]), 0
+        self._batch, self._d = batch, index
+        self.count = int(batch.counts[index])
 
     def top_chars(self, n: int) -> int:
         """Characters covered by the most frequent n-gram: its length (words joined by spaces) times its count;
         among equally frequent ones the first to occur (``Counter.most_common``)."""
-        self._advance(n)
-        top, i = self._top
-        return (int(self._ends[i + n] - self._ends[i]) + n - 1) * top
+        counts, positions = self._batch.level(n).top(self._batch.starts)
+        i, top = int(positions[self._d]), int(counts[self._d])
+        ends = self._batch._ends
+        return (int(ends[i + n] - ends[i]) + n - 1) * top
 
     def dup_chars(self, n: int) -> int:
         """Characters of n-grams equal to an earlier, visited one; after such a match the scan jumps past it."""
         if self.count < n:
             return 0
-        self._advance(n)
-        hashes, repeats = self._h, self._rep
-        repeated = np.flatnonzero(repeats[: self.count - n + 1])
+        level = self._batch.level(n)
+        repeated = level.repeated_in(self._batch.starts, self._d)
         if repeated.size == 0:
             return 0
-        chars = (self._ends[repeated + n] - self._ends[repeated]).tolist()
+        ends = self._batch._ends
+        chars = (ends[repeated + n] - ends[repeated]).tolist()
         total, nxt, seen = 0, 0, set()
-        for pos, value, c in zip(repeated.tolist(), hashes[repeated].tolist(), chars, strict=True):
+        for pos, value, c in zip(repeated.tolist(), level.hashes[repeated].tolist(), chars, strict=True):
             if pos < nxt:
                 continue  # inside a duplicate just counted
             if value in seen:

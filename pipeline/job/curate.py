@@ -132,7 +132,7 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
     started = time.time()
 
     def recorder(key: str) -> StageRecorder:
-        return StageRecorder(key, stats_actor, rejected_dir, attempt, started)
+        return StageRecorder(key, stats_actor, rejected_dir, attempt, started, par)
 
     files = expand_inputs(spec.inputs)
     parts: list[Part] = []
@@ -148,6 +148,7 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None, prefetch_batches=0):
             check_cancel()
             parts.extend(Part.from_json(row) for row in cast(pa.Table, batch).to_pylist())
+        ray.get(stats_actor.driver_gap.remote("finish", par))  # every task has ended: the workers wait from here
     counters: Counters = ray.get(stats_actor.snapshot.remote())
     overhead: dict[str, float] = ray.get(stats_actor.overheads.remote())
     repeated: dict[str, int] = ray.get(stats_actor.repeated.remote())

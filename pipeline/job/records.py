@@ -416,9 +416,12 @@ class Stats:
         """Per phase, the stages' seconds and the phase's measured ``overhead`` over the worker-seconds the phase
         had (its wall x ``parallelism``): how much of a phase the figures explain. Every stage reports what its
         tasks and workers spent (batches, setup and the start of a worker process it was the first in, a dedup
-        stage's every task; ``90-tokenize``, the write phase's stage, every range and shard task), and the write
+        stage's every task; ``90-tokenize``, the write phase's stage, every range and shard task). The write
         phase's scheduler measures the worker-seconds it had no task for and each task's wait for Ray to start
-        it; what is left is Ray's own scheduling in curation and the return of results."""
+        it; curation measures the readers' wait for Ray Data to start them (``start_workers``), the workers' wait
+        for the driver after each dataset a dedup stage materializes (``materialize``) and after the last part
+        (``finish``), and the part writer (``write_parts``). What is left is Ray's dispatch of a dedup stage's
+        tasks and of Ray Data's operators, and the return of results."""
         def share(seconds: float, wall: float | None) -> float | None:
             return round(seconds / (wall * self.parallelism), 3) if wall else None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import uuid
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ class StageTotals:
         self.repeats: Counter[str] = Counter()
         #: seconds of the phase's own steps outside every stage (``write_parts``), each batch counted once
         self.overhead: dict[str, float] = {}
+        #: wall clock of the last report (when the last batch or task that reported ended, or a worker started), or
+        #: of the end of the last driver gap counted (:meth:`driver_gap`), whichever is later
+        self.last_report = 0.0
 
     def add(
         self,
@@ -90,6 +94,7 @@ class StageTotals:
                 self.repeats[stage] += 1
                 return False
             seen.add(key)
+        self.last_report = time.time()
         s = self.stages.setdefault(stage, StageSums())
         s.docs_in += docs_in
         s.docs_out += docs_out
@@ -103,10 +108,19 @@ class StageTotals:
 
     def add_overhead(self, step: str, seconds: float, key: str) -> None:
         """Seconds of a step of the phase that belongs to no stage; a repeat of ``key`` is ignored."""
+        self.last_report = time.time()
         seen = self.seen.setdefault(f"overhead:{step}", set())
         if key not in seen:
             seen.add(key)
             self.overhead[step] = self.overhead.get(step, 0.0) + seconds
+
+    def driver_gap(self, step: str, workers: int) -> None:
+        """The driver says every task so far has ended and it has started none since: the seconds from the last
+        report (or the last gap) to now, times ``workers``, are ``overhead`` ``step``: workers waiting for it."""
+        now = time.time()
+        if self.last_report:
+            self.overhead[step] = self.overhead.get(step, 0.0) + max(0.0, now - self.last_report) * workers
+        self.last_report = now
 
     def overheads(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in sorted(self.overhead.items())}
@@ -189,6 +203,24 @@ class StageRecorder:
     #: when the phase started (wall clock): a worker process started after it counts its start
     #: (:func:`pipeline.worker_start.process_start_seconds`) in the seconds of the first stage that runs in it
     phase_started: float | None = None
+    #: the phase's workers (``execution.parallelism``): the worker-seconds a wait of every worker costs
+    parallelism: int = 1
+
+    def waited_for_workers(self, step: str, actor_id: str, counted: float) -> None:
+        """In a worker's constructor: the seconds from the phase's start to this worker's start, less its process's
+        start (``counted`` in the stage already): Ray Data's planning and placement, the driver's ``prepare``
+        steps, while no worker has work. Counted once per actor, as ``overhead`` ``step``."""
+        if self.phase_started is None:
+            return
+        waited = time.time() - self.phase_started - counted
+        if waited > 0:
+            ray.get(self.actor.add_overhead.remote(step, waited, f"{step}:{actor_id}"))
+
+    def driver_gap(self, step: str) -> None:
+        """On the driver, at a point where every task before it has ended and none after it has started (a
+        dataset just materialized, a barrier passed): the seconds since the last batch or task reported, times
+        the phase's workers, count as ``overhead`` ``step`` (:meth:`StageTotals.driver_gap`)."""
+        ray.get(self.actor.driver_gap.remote(step, self.parallelism))
 
     def counts(self, key: str | None = None, *, docs_in: int = 0, docs_out: int = 0,
                dropped: dict[str, int] | None = None, bytes_in: int = 0, bytes_out: int = 0, seconds: float = 0.0,

@@ -55,6 +55,8 @@ class ReadFiles:
         start = process_start_seconds(getattr(recorder, "phase_started", None))
         if start:
             recorder.counts(seconds=start)
+        if isinstance(recorder, StageRecorder):  # the readers are the phase's first workers
+            recorder.waited_for_workers("start_workers", ray.get_runtime_context().get_actor_id() or "", start)
         self.recorder = recorder
         self.chain = StageChain(links) if links else None
         self.batch_docs = batch_docs
