@@ -300,7 +300,7 @@ def test_a_batchs_ngram_statistics_are_each_documents_own():
             assert grams.dup_chars(n) == _dup_reference(words, n), (d, n)
 
 
-def test_repetition_gives_the_same_verdicts_per_batch_and_per_document():
+def test_repetition_gives_the_same_verdicts_per_batch_and_per_document(monkeypatch):
     rng = random.Random(12)
     vocab = unique_words(40, seed=5)
     texts = []
@@ -310,7 +310,9 @@ def test_repetition_gives_the_same_verdicts_per_batch_and_per_document():
             words = words[:25] * rng.randint(2, 5)
         texts.append(" ".join(words))
     texts += ["", "one", PROSE]
-    for mode in ("filter", "annotate"):
+    for mode, words in (("filter", None), ("annotate", None), ("filter", 400)):
+        if words:  # documents counted in runs of at most 400 words (each alone when longer)
+            monkeypatch.setattr("pipeline.filters.gopher.BATCH_WORDS", words)
         stage = GopherRepetition(GopherRepetition.Params(mode=mode), CTX)
         one = [stage.verdict(stage.filter({"id": i, "text": t, "meta": {}})) for i, t in enumerate(texts)]
         res = run_batch(stage, [{"id": i, "text": t, "meta": {}} for i, t in enumerate(texts)])

@@ -194,9 +194,12 @@ class GopherRepetition(FilterStage):
         p = self.params
         checks = [self._text_rules(doc) for doc in docs]
         pending = [k for k, (_, done) in enumerate(checks) if not done]
-        batch = BatchNGrams([splitter(doc_lang(docs[k], p.language)).words(docs[k]["text"]) for k in pending])
-        for j, k in enumerate(pending):
-            self._ngram_rules(checks[k][0], batch.doc(j), len(docs[k]["text"]))
+        words = [splitter(doc_lang(docs[k], p.language)).words(docs[k]["text"]) for k in pending]
+        for run in _runs([len(w) for w in words], BATCH_WORDS):  # memory: bounded per run
+            batch = BatchNGrams([words[j] for j in run])
+            for i, j in enumerate(run):
+                k = pending[j]
+                self._ngram_rules(checks[k][0], batch.doc(i), len(docs[k]["text"]))
         for doc, (r, _) in zip(docs, checks, strict=True):
             yield self.judge(doc, r.verdict())
 
@@ -251,6 +254,25 @@ class GopherRepetition(FilterStage):
 
 def _over(value: float, limit: float | None) -> bool:
     return limit is not None and value > limit
+
+
+#: words of the documents whose n-grams are counted together (:class:`BatchNGrams` keeps four arrays per word and
+#: a hash and a flag per word and n: ~130 bytes a word for n up to 10, so ~65 MB); a longer document is counted alone
+BATCH_WORDS = 500_000
+
+
+def _runs(sizes: list[int], limit: int) -> Iterator[list[int]]:
+    """Consecutive indexes of ``sizes`` in runs of at most ``limit`` in total (a larger item alone)."""
+    run: list[int] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if run and total + n > limit:
+            yield run
+            run, total = [], 0
+        run.append(i)
+        total += n
+    if run:
+        yield run
 
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
