@@ -137,8 +137,24 @@ def _rows(driver, table: str) -> list[list[str]]:
         "[...tr.cells].map((td) => td.textContent))", table)
 
 
+def _click(driver, css: str, timeout: float = WAIT_S) -> None:
+    """Click what ``css`` names, again if the page redrew it between finding and clicking (the lists are
+    re-rendered on every poll, so a found row can be stale by the time the click reaches it)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            driver.find_element("css selector", css).click()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
 def _open_job(driver, job_id: str) -> None:
-    driver.find_element("css selector", f"#jobs tr[data-job='{job_id}']").click()
+    _click(driver, f"#jobs tr[data-job='{job_id}']")
     _wait(driver, f"job {job_id} in the panel",
           lambda d: d.find_element("id", "job-panel").get_attribute("data-job") == job_id)
 

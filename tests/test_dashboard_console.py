@@ -45,7 +45,7 @@ from service.store.db import Database
 from service.store.models import RunState
 from tests.corpus_fixtures import make_text, write_jsonl
 from tests.processes import kill_all, processes_naming
-from tests.test_dashboard_browser import _browser_paths, _rows, _wait
+from tests.test_dashboard_browser import _browser_paths, _click, _rows, _wait
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -144,7 +144,7 @@ def _text(driver, element_id: str) -> str:
 def _submit(driver, body: str, idempotency_key: str = "") -> None:
     """Type ``body`` into the spec box (replacing what is there) and press Submit."""
     if not driver.find_element("id", "submit-form").is_displayed():
-        driver.find_element("css selector", "#submit-details summary").click()
+        _click(driver, "#submit-details summary")
     driver.execute_script("const r = document.getElementById('submit-result'); r.textContent = ''; "
                           "r.removeAttribute('data-job')")
     for element_id, value in (("spec", body), ("idempotency", idempotency_key)):
@@ -171,7 +171,7 @@ def _panel(driver, job_id: str, state: str | None = None, timeout: float = 20) -
 
 
 def _press(driver, element_id: str, answer: str) -> str:
-    driver.find_element("id", element_id).click()
+    _click(driver, f"#{element_id}")
     _wait(driver, f"{element_id}'s answer", lambda d: answer in _text(d, "job-action"))
     return _text(driver, "job-action")
 
@@ -206,7 +206,7 @@ def test_the_console_submits_follows_cancels_and_opens_artifacts_and_schedules(c
     driver = console
     driver.get(base + "/")
     driver.find_element("id", "key").send_keys(token)
-    driver.find_element("css selector", "#key-form button").click()
+    _click(driver, "#key-form button")
     _wait(driver, "the console", lambda d: d.find_element("id", "jobs-panel").is_displayed())
 
     # YAML with a syntax error: its line and column; an invalid spec's 422 is shown field by field
@@ -271,7 +271,7 @@ def test_the_console_submits_follows_cancels_and_opens_artifacts_and_schedules(c
     assert api.get(f"/v1/jobs/{second}").json()["state"] == "CANCELLED"
 
     # back to the first job, until SUCCEEDED
-    driver.find_element("css selector", f"#jobs tr[data-job='{first}']").click()
+    _click(driver, f"#jobs tr[data-job='{first}']")
     _panel(driver, first)
     _watch(driver, api, first, seen, until=lambda now: now[0] == "SUCCEEDED")
     running = [now for now in seen if now[0] == "RUNNING"]
@@ -297,14 +297,14 @@ def test_the_console_submits_follows_cancels_and_opens_artifacts_and_schedules(c
     assert len([x for x in listed if x.startswith("shards/")]) == n
     _wait(driver, "the artifacts", lambda d: sorted(d.execute_script(
         "return [...document.querySelectorAll('#job-artifacts tbody tr')].map((tr) => tr.dataset.name)")) == listed)
-    driver.find_element("css selector", "#job-artifacts button.view[data-name='manifest.json']").click()
+    _click(driver, "#job-artifacts button.view[data-name='manifest.json']")
     _wait(driver, "manifest.json in the page", lambda d: d.find_element("css selector", "#job-artifacts pre.viewer")
           .get_attribute("data-name") == "manifest.json")
     shown = json.loads(driver.execute_script(
         "return document.querySelector('#job-artifacts pre.viewer').textContent"))
     assert shown == manifest
     shard = manifest["shards"][0]
-    driver.find_element("css selector", f"#job-artifacts button.download[data-name='{shard['name']}']").click()
+    _click(driver, f"#job-artifacts button.download[data-name='{shard['name']}']")
     saved = downloads / Path(shard["name"]).name
     _wait(driver, "the downloaded shard", lambda d: saved.exists() and saved.stat().st_size == shard["bytes"])
     assert hashlib.sha256(saved.read_bytes()).hexdigest() == shard["sha256"]
@@ -345,21 +345,21 @@ def test_the_console_submits_follows_cancels_and_opens_artifacts_and_schedules(c
     driver.refresh()  # the key stays in the tab
     row_css = f"#schedules tr[data-schedule='{sched['id']}']"
     _wait(driver, "the schedules list", lambda d: d.find_elements("css selector", row_css))
-    driver.find_element("css selector", row_css).click()
+    _click(driver, row_css)
     _wait(driver, "its versions", lambda d: _rows(d, "versions"))
     [version] = _rows(driver, "versions")  # version, documents, tokens, shards, published, job, files
     assert [version[i] for i in (0, 1, 2, 3, 5)] == ["v1 (latest)", f"{job['documents']:,}", f"{job['tokens']:,}",
                                                       str(n), first[:8]]
     [run] = _rows(driver, "runs")  # run, slot, state, job, version, message
     assert [run[i] for i in (0, 2, 3, 4, 5)] == ["1", "succeeded", first[:8], "v1", "seeded"]
-    driver.find_element("css selector", f"#jobs tr[data-job='{second}']").click()
+    _click(driver, f"#jobs tr[data-job='{second}']")
     _panel(driver, second)
-    driver.find_element("css selector", f"#runs button.link[data-job='{first}']").click()  # the run's job
+    _click(driver, f"#runs button.link[data-job='{first}']")  # the run's job
     _panel(driver, first)
-    driver.find_element("css selector", "#versions button.files[data-version='1']").click()
+    _click(driver, "#versions button.files[data-version='1']")
     _wait(driver, "the version's files", lambda d: sorted(d.execute_script(
         "return [...document.querySelectorAll('#version-artifacts tbody tr')].map((tr) => tr.dataset.name)")) == listed)
-    driver.find_element("css selector", "#version-artifacts button.view[data-name='stats.json']").click()
+    _click(driver, "#version-artifacts button.view[data-name='stats.json']")
     _wait(driver, "stats.json of v1", lambda d: d.find_element("css selector", "#version-artifacts pre.viewer")
           .get_attribute("data-name") == "stats.json")
     assert json.loads(driver.execute_script("return document.querySelector('#version-artifacts pre.viewer')"

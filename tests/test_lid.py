@@ -317,3 +317,86 @@ def test_bad_training_flags_exit_2(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not list(tmp_path.glob("m.*"))
+
+
+# ---------------------------------------------------------------- the fast path equals fastText's predict
+
+PIECES = [EN, DE, FR, JA, CODE, "Привет, как дела? Всё хорошо.", "مرحبا بالعالم", "नमस्ते दुनिया", "x\u0301y\u0301",
+          "\U0001F600ab", "https://example.org/a_b?c=1&d=%20", "__label__en", "__label__", "</s>", "é" * 300,
+          "a\tb\vc\fd\x00e", "  ", "\u00a0nbsp\u2003em", "kwargs['keepdims'],", "1,234.56", "ΑΒΓ δεζ", "\x85next"]
+
+
+def adversarial_texts(n: int, seed: int = 3) -> list[str]:
+    """Mixed scripts, code, URLs, label-like tokens, a literal ``</s>`` (fastText stops reading there), every
+    separator fastText knows and some it does not, empty and blank texts."""
+    rng = random.Random(seed)
+    out = ["", " ", "\t\n", "</s>", "</s> the house", "__label__de"]
+    for _ in range(n):
+        parts = [rng.choice(PIECES) for _ in range(rng.randint(1, 8))]
+        parts += [" ".join(rng.choice(EN_WORDS + DE_WORDS + NO_WORDS) for _ in range(rng.randint(0, 40)))]
+        rng.shuffle(parts)
+        out.append(rng.choice([" ", "\n", "  ", "\t", ""]).join(parts))
+    return out
+
+
+def assert_same_as_predict(model: FastTextModel, texts: list[str], cutoff: float = 0.65) -> None:
+    fast = model.best(texts, cutoffs=(cutoff,))
+    slow = model.predict(texts, k=1)
+    assert len(fast) == len(slow) == len(texts)
+    for text, f, s in zip(texts, fast, slow, strict=True):
+        assert [lab for lab, _ in f] == [lab for lab, _ in s], repr(text)
+        if s:
+            assert f[0][1] == pytest.approx(s[0][1], abs=1e-4), repr(text)
+            assert (f[0][1] < cutoff) == (s[0][1] < cutoff), repr(text)
+
+
+def test_the_fast_path_gives_lid176s_labels_and_probabilities(default_model):
+    assert default_model._fast is not None  # hierarchical softmax, quantized, pruned: all handled
+    texts = adversarial_texts(400)
+    assert_same_as_predict(default_model, texts)
+    assert_same_as_predict(default_model, texts)  # again, from the token cache
+    # too close to call at a cutoff: fastText's own probability, to the last bit
+    [[(_, p)]] = default_model.predict([EN + " " + CODE], k=1)
+    assert default_model.best([EN + " " + CODE], cutoffs=(p,)) == [[(default_model.predict([EN + " " + CODE])[0][0])]]
+    # a lone surrogate (JSON may carry one) cannot reach fastText as UTF-8: "?" in its place, on both paths
+    bad = ["bad \ud800 text " + EN, DE + "\udfff"]
+    assert default_model.predict(bad) == default_model.predict([t.replace("\ud800", "?").replace("\udfff", "?")
+                                                                for t in bad])
+    assert_same_as_predict(default_model, bad)
+    assert [d["meta"]["lang"] for d in run_batch(lid(default_model), docs(*bad)).kept] == ["en", "de"]
+
+
+def test_the_fast_path_keeps_its_caches_bounded(default_model, monkeypatch):
+    from pipeline.filters import fasttext_numpy
+
+    monkeypatch.setattr(fasttext_numpy, "TOKEN_CACHE", 200)
+    fast = fasttext_numpy.TopLabel.load(default_model._model, default_model.path)
+    assert fast is not None
+    texts = adversarial_texts(300, seed=5)
+    for i in range(0, len(texts), 16):
+        got = fast.best([t.replace("\n", " ") for t in texts[i : i + 16]], (0.65,))
+        want = default_model.predict(texts[i : i + 16], k=1)
+        for g, w in zip(got, want, strict=True):
+            assert (g is None) == (not w)
+            if g is not None and g[0] >= 0:
+                assert default_model.labels[g[0]] == w[0][0] and g[1] == pytest.approx(w[0][1], abs=1e-4)
+        assert len(fast._cache.index) <= max(100, 16 * 200) and len(fast._old.index) <= max(100, 16 * 200)
+
+
+def test_the_fast_path_on_a_softmax_model_and_none_for_word_ngrams(tiny_lid, tmp_path):
+    model = FastTextModel(tiny_lid[0])  # softmax, not quantized, not pruned
+    assert model._fast is not None
+    texts = adversarial_texts(300, seed=11) + [NO_TEXT, "wir mögen das grüne wasser", "we like the green tree"]
+    assert_same_as_predict(model, texts)
+    records = [{"text": t, "label": lang} for lang, words in (("en", EN_WORDS), ("de", DE_WORDS))
+               for t in sentences(words, 60, random.Random(1))]
+    data = tmp_path / "train.jsonl.gz"
+    with gzip.open(data, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    bigrams = tmp_path / "bigrams.bin"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert train_classifier.main(["--input", str(data), "--output", str(bigrams), "--word-ngrams", "2",
+                                      "--dim", "8", "--bucket", "1000", "--threads", "1"]) == 0
+    model = FastTextModel(bigrams)
+    assert model._fast is None  # word n-grams: fastText's predict itself
+    assert model.best(texts[:50]) == model.predict(texts[:50], k=1)

@@ -76,12 +76,19 @@ class LanguageId(FilterStage):
         self._model = FastTextModel(self.model_path())
 
     def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
-        preds = self._loaded().predict([d["text"] for d in docs], k=self.params.top_k or 1)
-        for doc, pred in zip(docs, preds, strict=True):
+        for doc, pred in zip(docs, self._predict([d["text"] for d in docs]), strict=True):
             yield self.judge(doc, self._verdict(doc, pred))
 
     def filter(self, doc: Doc) -> Verdict:
-        return self._verdict(doc, self._loaded().predict([doc["text"]], k=self.params.top_k or 1)[0])
+        return self._verdict(doc, self._predict([doc["text"]])[0])
+
+    def _predict(self, texts: list[str]) -> list[list[tuple[str, float]]]:
+        """The best label (fastText's own result, computed faster: :mod:`pipeline.filters.fasttext_numpy`, exact
+        at ``min_score``), or the ``top_k`` best from fastText."""
+        model = self._loaded()
+        if self.params.top_k:
+            return model.predict(texts, k=self.params.top_k)
+        return model.best(texts, cutoffs=(self.params.min_score,))
 
     def keeps(self, lang: str) -> bool:
         """Whether ``lang`` is in the keep-list; ``eng`` also keeps GlotLID's ``eng_Latn``, ``eng_Cyrl`` ...;
