@@ -566,3 +566,28 @@ def test_languages_with_their_own_affix_rules_always_ask_spacy():
 
     for lang in ("de", "fr", "ja"):
         assert not WordSplitter(lang)._base_affixes
+
+
+_CODE_CHUNKS = [
+    "https://developer.mozilla.org/en-US/docs/Web/API", "[#27376](https://github.com/nodejs/node/pull/27376)",
+    "Path(fname).read_text(encoding=\"utf-8\")", "kwargs['keepdims'],", "dtype=self._dtype)", ":func:`repr()`,",
+    "``d.popitem()``", "rf\"|(\\\\[0-7]{3}|\\\\0)\"", "alice@company.com:", "$modname_bits)", "#3)", "1,234.56",
+    "10km", "5$", "x:(", "word:)", ":-)", "(:", "a.m.,", "(e.g.,", "don't.", "Fried's", "’s", "--flag=value",
+    "C++", "3+4", "a/b/c", "x86_64", "__init__.py", "e-mail", "well-known.", "Dr.", "U.K.", "i.e.", "<3", "^_^",
+]
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "fr", "ru", "pl", "it", "es", "xx"])
+def test_the_rules_port_gives_spacys_tokens_or_steps_aside(lang):
+    """spacy_rules.ChunkRules (spaCy's affix and infix algorithm in Python) gives spaCy's own tokens for every
+    chunk it answers, and steps aside (None) where spaCy's special-case matcher could join tokens."""
+    from pipeline.filters.text import WordSplitter
+
+    s = WordSplitter(lang)
+    chunks = list(dict.fromkeys(_AFFIX_CASES + _CODE_CHUNKS + _adversarial_chunks(4000, seed=13)
+                                + (_corpus_chunks(20_000) if lang in ("en", "de") else [])))
+    ours = {c: s._rules.split(c) for c in chunks}
+    answered = [c for c, split in ours.items() if split is not None]
+    assert {c: ours[c] for c in answered} == dict(zip(answered, s._tokenize(answered), strict=True))
+    assert len(answered) >= 0.7 * len(chunks)  # the port, not spaCy, answers most (~90% of real chunks)
+    assert ours["x:("] is None and ours["word:)"] is None  # an emoticon after a word: spaCy's matcher decides

@@ -38,6 +38,7 @@ import numpy as np
 import regex
 
 from pipeline.filters.affix_search import prefix_matcher, suffix_searcher
+from pipeline.filters.spacy_rules import ChunkRules
 from pipeline.stages.base import Verdict
 
 #: The default language of a document without ``meta["lang"]`` (the published rules are for English).
@@ -173,6 +174,13 @@ def _spacy_tokenizer(lang: str) -> tuple[Any, frozenset[str], frozenset[str]]:
     return tok, frozenset(defaults.tokenizer_exceptions), frozenset(Sentencizer.default_punct_chars)
 
 
+def _special_tokens(tok: Any) -> dict[str, tuple[str, ...]]:
+    """The tokenizer's special cases: each string and the tokens it becomes."""
+    from spacy.attrs import ORTH  # spaCy: see _spacy_tokenizer
+
+    return {key: tuple(t[ORTH] for t in tokens) for key, tokens in tok.rules.items()}
+
+
 def _base_affixes(lang: str) -> bool:
     """True when ``lang``'s tokenizer splits prefixes and suffixes by spaCy's base punctuation rules (``en``,
     ``xx`` and about fifty others) and has no ``token_match``: :meth:`WordSplitter._affix_split` assumes them."""
@@ -280,6 +288,7 @@ class WordSplitter:
         self.lang = lang
         self.no_space = lang in NO_SPACE_LANGS
         self._tok, self._special, punct = _spacy_tokenizer("xx" if self.no_space else lang)
+        self._rules = ChunkRules(self._tok, _special_tokens(self._tok))
         self._base_affixes = not self.no_space and _base_affixes(lang)
         self._punct_chars = punct
         self._maybe_sentence_end = re.compile("[" + re.escape("".join(sorted(punct))) + "]")
@@ -370,6 +379,8 @@ class WordSplitter:
             elif chunk.isalpha() and chunk not in self._special:
                 cache[chunk] = (chunk,)
             elif self._base_affixes and (split := self._affix_split(chunk)) is not None:
+                cache[chunk] = split
+            elif (split := self._rules.split(chunk)) is not None:
                 cache[chunk] = split
             else:
                 ask.append(chunk)

@@ -1,0 +1,126 @@
+"""spaCy's tokenizer algorithm on one whitespace-free chunk, in Python: the same tokens, without a ``Doc``.
+
+Why: the word splitter (:class:`pipeline.filters.text.WordSplitter`) asks spaCy only for chunks it has not seen,
+but a web corpus keeps bringing new ones (URLs, code, numbers, words in quotes and brackets: ~4,000 a MB), and
+spaCy spends 35-45 us on each, mostly building a ``Doc`` and a lexeme per new string. The rules themselves are a
+handful of regex searches. :meth:`ChunkRules.split` runs ``Tokenizer._split_affixes`` and ``_attach_tokens``
+(spaCy 3.8's ``spacy/tokenizer.pyx``) line for line with the tokenizer's own ``prefix_search``, ``suffix_search``,
+``infix_finditer``, ``token_match``, ``url_match`` and special cases, in a few microseconds.
+
+What it does not port is spaCy's last pass, ``_apply_special_cases``: a matcher that re-joins tokens which together
+spell a special case containing punctuation (``:)``, ``a.m.``). Where any run of the tokens found spells a special
+case, :meth:`ChunkRules.split` returns None and the caller asks spaCy. ``tests/test_filters_heuristic.py`` checks
+the tokens against spaCy's on generated chunks, and ``bench/filters.py`` on the shared corpora.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Search = Callable[[str], Any]
+
+
+class ChunkRules:
+    """A tokenizer's rules, applied to one chunk at a time."""
+
+    def __init__(self, tokenizer: Any, specials: Mapping[str, tuple[str, ...]]):
+        self.prefix_search: Search | None = tokenizer.prefix_search
+        self.suffix_search: Search | None = tokenizer.suffix_search
+        self.infix_finditer: Search | None = tokenizer.infix_finditer
+        self.token_match: Search | None = tokenizer.token_match
+        self.url_match: Search | None = tokenizer.url_match
+        self.specials = specials
+        self.longest_special = max(map(len, specials), default=0)
+
+    def split(self, chunk: str) -> tuple[str, ...] | None:
+        """spaCy's tokens of ``chunk`` (no whitespace in it), or None where its special-case matcher could
+        change them."""
+        specials = self.specials
+        token_match = self.token_match
+        prefix_search = self.prefix_search
+        suffix_search = self.suffix_search
+        string = chunk
+        prefixes: list[str] = []
+        suffixes: list[str] = []
+        last_size = 0
+        # Tokenizer._split_affixes (find_prefix, find_suffix: the match's length, 0 without one)
+        while string and len(string) != last_size:
+            if token_match and token_match(string):
+                break
+            if string in specials:
+                break
+            last_size = len(string)
+            match = prefix_search(string) if prefix_search else None
+            pre_len = match.end() - match.start() if match is not None else 0
+            if pre_len:
+                prefix = string[:pre_len]
+                minus_pre = string[pre_len:]
+                if minus_pre and minus_pre in specials:
+                    string = minus_pre
+                    prefixes.append(prefix)
+                    break
+            match = suffix_search(string[pre_len:] if pre_len else string) if suffix_search else None
+            suf_len = match.end() - match.start() if match is not None else 0
+            if suf_len:
+                suffix = string[-suf_len:]
+                minus_suf = string[:-suf_len]
+                if minus_suf and minus_suf in specials:
+                    string = minus_suf
+                    suffixes.append(suffix)
+                    break
+            if pre_len and suf_len and pre_len + suf_len <= len(string):
+                string = string[pre_len:-suf_len]
+                prefixes.append(prefix)
+                suffixes.append(suffix)
+            elif pre_len:
+                string = minus_pre
+                prefixes.append(prefix)
+            elif suf_len:
+                string = minus_suf
+                suffixes.append(suffix)
+        # Tokenizer._attach_tokens
+        tokens = prefixes
+        if string:
+            special = specials.get(string)
+            if special is not None:
+                tokens.extend(special)
+            elif (token_match and token_match(string)) or (self.url_match and self.url_match(string)):
+                tokens.append(string)
+            else:
+                matches = list(self.infix_finditer(string)) if self.infix_finditer else []
+                if not matches:
+                    tokens.append(string)
+                else:
+                    start = 0
+                    for match in matches:
+                        infix_start, infix_end = match.start(), match.end()
+                        if infix_start == 0:  # start_before_infixes
+                            continue
+                        if infix_start != start:
+                            tokens.append(string[start:infix_start])
+                        if infix_start != infix_end:
+                            tokens.append(string[infix_start:infix_end])
+                        start = infix_end
+                    if string[start:]:
+                        tokens.append(string[start:])
+        tokens.extend(reversed(suffixes))
+        if len(tokens) == 1:  # the chunk itself: a special case was handled above, the matcher has no run
+            return (tokens[0],)
+        return None if self._matcher_may_join(tokens) else tuple(tokens)
+
+    def _matcher_may_join(self, tokens: list[str]) -> bool:
+        """Whether some run of two or more tokens spells a special case (spaCy's matcher would join it), or a
+        lone token is one (the matcher sees what this port does not)."""
+        specials, longest = self.specials, self.longest_special
+        for i in range(len(tokens)):
+            text = tokens[i]
+            if text in specials:
+                return True
+            for j in range(i + 1, len(tokens)):
+                text += tokens[j]
+                if len(text) > longest:
+                    break
+                if text in specials:
+                    return True
+        return False
