@@ -1,5 +1,5 @@
 """fastText's best label, computed with NumPy from the model's own matrices: the same label and probability as
-``model.predict(text)`` (k=1), several times faster on a corpus.
+``model.predict(text)`` (k=1), 1.6-2.3x cheaper in one process (``bench/fast_paths.py``).
 
 Why: fastText sums, for every whitespace-separated token of a document, the input-matrix rows of the token and of
 its character n-grams (a dozen rows a token), averages them and scores the labels on that average; it does this
