@@ -197,6 +197,18 @@ def _huffman_paths(counts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     return left, right
 
 
+def _path_columns(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Per label, the columns of ``[log(1 - f), log(f), 0]`` (nodes x 2 + 1) that its path adds up: a gather
+    instead of a matrix product. Paths shorter than the longest are padded with the zero column."""
+    nodes = left.shape[1]
+    steps = [np.concatenate([np.flatnonzero(left[i]), nodes + np.flatnonzero(right[i])]) for i in range(len(left))]
+    depth = max(len(s) for s in steps)
+    out = np.full((len(left), depth), 2 * nodes, dtype=np.int64)
+    for i, s in enumerate(steps):
+        out[i, : len(s)] = s
+    return out
+
+
 class _Generation:
     """One generation of the token cache: token -> slot, and each slot's row sum and row count."""
 
@@ -217,7 +229,9 @@ class TopLabel:
         self._dim = output.shape[1]
         self._loss = loss
         if loss == "hs":
-            self._left, self._right = _huffman_paths(counts)
+            left, right = _huffman_paths(counts)
+            self._nodes = left.shape[1]
+            self._paths = _path_columns(left, right)
         self._words = {w: i for i, w in enumerate(model.get_words())}
         self._table = file.bucket_rows()
         if model.is_quantized():  # rows decoded one by one, on first use
@@ -339,11 +353,14 @@ class TopLabel:
         some = counts > 0
         hidden = sums[some] / counts[some, None]
         logp = np.full((len(lines), len(self._out)), -np.inf)
+        # gathers and einsum, not BLAS (``@``): these products are small, and BLAS threads would compete with the
+        # other workers for the node's cores
         if self._loss == "hs":
-            f = 1.0 / (1.0 + np.exp(-(hidden @ self._out[: max(len(self._out) - 1, 1)].T)))
-            logp[some] = np.log(1.0 - f + 1e-5) @ self._left.T + np.log(f + 1e-5) @ self._right.T
+            f = 1.0 / (1.0 + np.exp(-np.einsum("bd,nd->bn", hidden, self._out[: self._nodes])))
+            sides = np.concatenate([np.log(1.0 - f + 1e-5), np.log(f + 1e-5), np.zeros((len(f), 1))], axis=1)
+            logp[some] = sides[:, self._paths].sum(axis=2)
         else:
-            z = hidden @ self._out.T
+            z = np.einsum("bd,ld->bl", hidden, self._out)
             z = np.exp(z - z.max(axis=1, keepdims=True))
             logp[some] = np.log(z / z.sum(axis=1, keepdims=True) + 1e-5)
         return logp, counts
