@@ -72,8 +72,10 @@ process's private memory, ``RssAnon`` as sampled: ``VmHWM`` also counts the page
 worker maps while it reads a block, which belong to the node's object-store budget, not to the process; the
 ``VmHWM`` ratio is ``max_hwm_growth``), ``core_hours_per_tb``
 (CPU-s per GB at the largest size x 1000 / 3600), ``cost_slope`` (least squares of CPU-seconds against GB:
-``slope`` in CPU-s per GB, ``intercept`` in CPU-s), ``spilled_gb`` (largest size). Sizes of 0.1 GB or less are a
-smoke test: the fixed costs (Ray start, the tokenizer's training, the model loads) dominate them.
+``slope`` in CPU-s per GB, ``intercept`` in CPU-s), ``spilled_gb`` (largest size), ``calibration`` (this machine's
+speed on the day: fastText's ``predict`` on a fixed 20,000 documents of the smallest corpus, CPU-seconds; compare
+runs made on different days through it). Sizes of 0.1 GB or less are a smoke test: the fixed costs (Ray start,
+the tokenizer's training, the model loads) dominate them.
 """
 
 from __future__ import annotations
@@ -354,6 +356,35 @@ def job_spec(corpus: Path, out: Path, name: str, args: argparse.Namespace) -> di
 
 CLK = os.sysconf("SC_CLK_TCK")
 PR_SET_CHILD_SUBREAPER = 36
+
+
+CALIBRATION_DOCS = 20_000
+
+
+def calibrate(corpus: Path) -> dict[str, Any]:
+    """This machine's speed today, as one fixed piece of work: fastText's own ``predict`` (lid.176.ftz, k=1,
+    batches of 256, one thread) on the first 20,000 documents of the smallest corpus (the corpus is seeded, so
+    they are the same documents on every run), best CPU-seconds of three. The machine's speed has varied by up to
+    1.9x between runs; a run's figures are read against this one, not against another run's."""
+    from pipeline.filters.fasttext_model import FastTextModel, default_lid_model
+
+    texts: list[str] = []
+    for path in sorted(corpus.glob("*.jsonl.gz")):
+        for rec in iter_jsonl(path):
+            texts.append(str(rec.get("text") or ""))
+            if len(texts) >= CALIBRATION_DOCS:
+                break
+        if len(texts) >= CALIBRATION_DOCS:
+            break
+    model = FastTextModel(default_lid_model())
+    best = float("inf")
+    for _ in range(3):
+        t = time.process_time()
+        for i in range(0, len(texts), 256):
+            model.predict(texts[i : i + 256], k=1)
+        best = min(best, time.process_time() - t)
+    return {"what": f"fastText lid.176.ftz predict on the first {len(texts):,} documents of the smallest corpus, "
+                    "best of 3", "docs": len(texts), "cpu_s": round(best, 2)}
 
 
 def become_subreaper() -> bool:
@@ -826,6 +857,8 @@ def main() -> None:
                   f"MB/s)", flush=True)
         del pools
         gc.collect()
+        calibration = calibrate(corpora[0][1].folder)
+        print(f"calibration: {calibration['cpu_s']} CPU-s ({calibration['what']})", flush=True)
         for size, corpus in corpora:
             run_dir = work / f"run-{size:g}gb"
             made.append(run_dir)
@@ -852,6 +885,7 @@ def main() -> None:
               f"{r['driver_peak_rss_mb']:>14.0f} {r['max_rss_mb']:>11.0f} {r['spilled_mb']:>11.0f} "
               f"{r['disk_peak_mb']:>13.0f}")
     result = summary(records, sorted(sizes))
+    result["calibration"] = calibration
     emit_json(result, args.json)
 
 
