@@ -369,7 +369,8 @@ def test_the_fast_path_gives_lid176s_labels_and_probabilities(default_model):
 def test_the_fast_path_keeps_its_caches_bounded(default_model, monkeypatch):
     from pipeline.filters import fasttext_numpy
 
-    monkeypatch.setattr(fasttext_numpy, "TOKEN_CACHE", 200)
+    # bytes for 200 tokens of lid.176 (16 dimensions): generations of 100
+    monkeypatch.setattr(fasttext_numpy, "TOKEN_CACHE", 200 * (4 * 16 + fasttext_numpy.TOKEN_OVERHEAD))
     fast = fasttext_numpy.TopLabel.load(default_model._model, default_model.path)
     assert fast is not None
     texts = adversarial_texts(300, seed=5)

@@ -55,6 +55,18 @@ def test_keys_are_per_stage_and_unkeyed_reports_always_add() -> None:
     assert "03-exact_dedup" in snap and totals.repeated() == {}
 
 
+def test_reports_sent_together_count_as_if_sent_one_by_one() -> None:
+    """A chain sends a batch's reports for all its stages in one call; a re-run's repeat is still ignored per
+    stage and key, and a stage seen for the first time in the repeat still counts."""
+    read, length = StageRecorder("00-read", None, None), StageRecorder("02-length", None, None)
+    first = [read.report("ords:a", docs_in=10, docs_out=10), length.report("ords:a", docs_in=10, docs_out=7)]
+    totals = StageTotals()
+    totals.add_many(first)
+    totals.add_many([read.report("ords:a", docs_in=10, docs_out=10), length.report("ords:b", docs_in=5, docs_out=5)])
+    snap = totals.snapshot()
+    assert (snap["00-read"]["docs_in"], snap["02-length"]["docs_in"], snap["02-length"]["docs_out"]) == (10, 15, 12)
+    assert totals.repeated() == {"00-read": 1}
+
 
 def test_a_driver_gap_counts_every_workers_wait_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver's steps while no worker has a task (after a dataset is materialized, at the phase's end) cost

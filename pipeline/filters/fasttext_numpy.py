@@ -44,8 +44,13 @@ import numpy as np
 #: ../shared/corpora (34 languages, web pages, code), most below 1e-5.
 MARGIN = 1e-3
 PER_ROW = 2e-7
-#: tokens whose row sums are cached per model, in two generations (~200 bytes a token with 16 dimensions)
-TOKEN_CACHE = 500_000
+#: bytes the token cache of a model may hold, both generations together: a token costs its row sum (4 bytes a
+#: dimension) and about TOKEN_OVERHEAD more (its string and its index entry). 440 MB: two million tokens of
+#: lid.176 (16 dimensions), which made the lid stage 1.7x cheaper than half a million on the 0.25 GB corpus of
+#: bench/scale.py (a corpus keeps bringing new tokens: a larger cache asks fastText's n-grams less often);
+#: ~370,000 tokens of a 256-dimension model
+TOKEN_CACHE = 440_000_000
+TOKEN_OVERHEAD = 156
 #: fastText's ``readWord`` separators (``src/dictionary.cc``); Python's ``str.split()`` splits on more
 _FT_SPACE = re.compile("[ \t\n\v\f\r\x00]+")
 _FT_OTHER_SPACE = re.compile("[\t\n\v\f\r\x00]")
@@ -241,7 +246,7 @@ class TopLabel:
         else:
             self._input = np.asarray(model.get_input_matrix(), dtype=np.float32)
             self._decoded = np.ones(len(self._input), dtype=bool)
-        self._cache = _Generation(TOKEN_CACHE // 2, self._dim)
+        self._cache = _Generation(self._generation_size(), self._dim)
         self._old = _Generation(0, self._dim)
         eos_sum, eos_n = self._token_rows([EOS])  # predict() appends "\n": each line ends with this token
         self._eos_sum, self._eos_n = eos_sum[0], float(eos_n[0])
@@ -303,6 +308,10 @@ class TopLabel:
         where = np.fromiter(map(local.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         return self._distinct_slots(distinct)[where]
 
+    def _generation_size(self) -> int:
+        """Tokens in one generation of the cache: half of what :data:`TOKEN_CACHE` bytes hold."""
+        return max(1, TOKEN_CACHE // (4 * self._dim + TOKEN_OVERHEAD) // 2)
+
     def _distinct_slots(self, tokens: list[str]) -> np.ndarray:
         cache = self._cache
         slots = np.fromiter(map(cache.index.get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
@@ -311,7 +320,7 @@ class TopLabel:
             return slots
         new = [tokens[i] for i in lost.tolist()]
         if len(cache.index) + len(new) > cache.size:
-            self._old, cache = cache, _Generation(max(TOKEN_CACHE // 2, len(tokens)), self._dim)
+            self._old, cache = cache, _Generation(max(self._generation_size(), len(tokens)), self._dim)
             self._cache = cache
             lost = np.arange(len(tokens))
             new = tokens

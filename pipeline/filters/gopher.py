@@ -15,10 +15,9 @@ greedy scan of the "duplicate n-gram" rule visits only positions whose n-gram re
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, filterfalse
 
 import numpy as np
 from pydantic import Field
@@ -80,7 +79,8 @@ class GopherQuality(FilterStage):
 
     def __init__(self, params: GopherQualityParams, ctx: StageContext):
         super().__init__(params, ctx)
-        self._word_kind: dict[str, int] = {}  # token -> bit 1: not only symbols, bit 2: has a letter
+        #: token -> its length << 2 | 1 when it is a word (not only symbols) | 2 when it has a letter
+        self._codes: dict[str, int] = {}
 
     def setup(self) -> None:
         symbol_chars()
@@ -93,20 +93,7 @@ class GopherQuality(FilterStage):
         words = splitter(lang).words(text)
         r = RuleCheck(self.name, p.mode == "annotate")
         n_tokens = len(words)
-        counts = Counter(words)
-        n_words = len_words = n_alpha = 0
-        kinds, symbols = self._word_kind, symbol_chars()
-        if len(kinds) > 1_000_000:
-            kinds.clear()
-        for w, n in counts.items():
-            k = kinds.get(w)
-            if k is None:
-                k = kinds[w] = (0 if symbols.issuperset(w) else 1) | (2 if any(c.isalpha() for c in w) else 0)
-            if k & 1:
-                n_words += n
-                len_words += n * len(w)
-            if k & 2:
-                n_alpha += n
+        n_words, len_words, n_alpha = self._word_sums(words)
         s = r.scores
         s["words"] = n_words
         if r.check(p.min_words is not None and n_words < p.min_words, "min_words"):
@@ -141,10 +128,26 @@ class GopherQuality(FilterStage):
             return r.verdict()
         stops = stop_words(lang, p.stop_words)
         if stops is not None:
-            found = s["stop_words"] = len(stops.intersection(counts))
+            found = s["stop_words"] = len(stops.intersection(words))
             if r.check(p.min_stop_words is not None and found < p.min_stop_words, "stop_words"):
                 return r.verdict()
         return r.verdict()
+
+    def _word_sums(self, words: list[str]) -> tuple[int, int, int]:
+        """(words, their characters, tokens with a letter) among ``words``: one code per distinct token, kept
+        across documents (a corpus repeats its tokens), summed with numpy rather than a Python loop per token."""
+        codes = self._codes
+        if len(codes) > 1_000_000:
+            codes.clear()
+        try:
+            arr = np.fromiter(map(codes.__getitem__, words), dtype=np.int64, count=len(words))
+        except KeyError:
+            symbols = symbol_chars()
+            for w in set(filterfalse(codes.__contains__, words)):
+                codes[w] = len(w) << 2 | (0 if symbols.issuperset(w) else 1) | (2 if any(c.isalpha() for c in w) else 0)
+            arr = np.fromiter(map(codes.__getitem__, words), dtype=np.int64, count=len(words))
+        word = (arr & 1).astype(bool)
+        return int(np.count_nonzero(word)), int((arr[word] >> 2).sum()), int(np.count_nonzero(arr & 2))
 
 
 def _ngram_table() -> dict[int, float]:

@@ -37,6 +37,8 @@ from pipeline.stages.metrics import StageMetrics
 
 #: a document or rejected row as the stages hand it over: a JSON-like record of any field types
 Row = dict[str, Any]
+#: one stage's report of one batch: ``(stage key, keyword arguments of StageTotals.add)``
+Report = tuple[str, dict[str, Any]]
 #: the stats actor's handle: Ray's types cannot express a call of an actor's method (``actor.add.remote``)
 StatsHandle = Any
 
@@ -105,6 +107,12 @@ class StageTotals:
         if metrics:
             self.metrics.setdefault(stage, StageMetrics()).merge(metrics)
         return True
+
+    def add_many(self, reports: list[tuple[str, dict[str, Any]]]) -> None:
+        """Several reports in one call, each ``(stage, keyword arguments of add)`` and counted as :meth:`add`
+        counts it: a chain of stages reports a batch once for all its stages, not once per stage."""
+        for stage, kwargs in reports:
+            self.add(stage, **kwargs)
 
     def add_overhead(self, step: str, seconds: float, key: str) -> None:
         """Seconds of a step of the phase that belongs to no stage; a repeat of ``key`` is ignored."""
@@ -228,11 +236,16 @@ class StageRecorder:
         """Report one batch's counts (:meth:`StageTotals.add`). ``key`` names the batch (see :func:`batch_key`);
         without one, the running Ray task names it (:func:`task_key`). A repeat of a key already counted is
         ignored."""
+        stage, kwargs = self.report(key, docs_in=docs_in, docs_out=docs_out, dropped=dropped, bytes_in=bytes_in,
+                                    bytes_out=bytes_out, seconds=seconds, metrics=metrics)
+        ray.get(self.actor.add.remote(stage, **kwargs))
+
+    def report(self, key: str | None = None, **counts: Any) -> Report:
+        """One batch's counts as :meth:`counts` would send them, to send later with others (:func:`send_reports`:
+        one call to the stats actor for every stage a batch went through)."""
         if key is None:
             key = task_key(self.stage, "counts")
-        ray.get(self.actor.add.remote(self.stage, docs_in=docs_in, docs_out=docs_out, dropped=dropped,
-                                      bytes_in=bytes_in, bytes_out=bytes_out, seconds=seconds, metrics=metrics,
-                                      key=key))
+        return self.stage, {**counts, "key": key}
 
     def rejects(self, rows: list[Row], key: str | None = None) -> None:
         """Write dropped documents as one JSONL file, each in the one rejected-record schema
@@ -251,6 +264,13 @@ class StageRecorder:
                         for row in rows)
         path = storage.join(self.rejected_dir, self.stage, f"{reject_file_tag(self.attempt)}{name}.jsonl")
         storage.write_bytes(path, data)
+
+
+def send_reports(actor: StatsHandle, reports: list[Report]) -> None:
+    """Count ``reports`` (:meth:`StageRecorder.report`) in one call to the stats actor; each is still counted, or
+    ignored as a repeat, on its own key."""
+    if reports:
+        ray.get(actor.add_many.remote(reports))
 
 
 def _reject_line(row: Row) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import ray
@@ -29,7 +30,7 @@ from pipeline.documents import (
     table_to_docs,
     text_bytes,
 )
-from pipeline.job.stats import StageRecorder, batch_key
+from pipeline.job.stats import Report, StageRecorder, batch_key, send_reports
 from pipeline.readers import read_file
 from pipeline.spec import InputSpec
 from pipeline.stages.base import Stage, StageContext, run_batch
@@ -85,12 +86,13 @@ class ReadFiles:
     def _flush(self, key: str, docs: list[Doc], rejects: list[Doc], dropped: Counter[str], t0: float) -> pa.Table:
         size = docs_bytes(docs)
         self.recorder.rejects(rejects, key=key)
-        self.recorder.counts(
+        reports = [self.recorder.report(
             key=key, docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
             bytes_out=size, seconds=time.perf_counter() - t0,
-        )
+        )]
         if self.chain is not None and docs:
-            docs = self.chain.run(parse_meta(docs), size, batch_key([d["ord"] for d in docs]))
+            docs = self.chain.run(parse_meta(docs), size, batch_key([d["ord"] for d in docs]), reports)
+        send_reports(self.recorder.actor, reports)  # one call for the reader and every stage of the chain
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
 
@@ -127,20 +129,25 @@ class BatchStageRunner:
         docs, _ = self.run_docs(table_to_docs(table), text_bytes(table), batch_key(table.column("ord")))
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
-    def run_docs(self, docs: list[Doc], size_in: int, key: str | None = None) -> tuple[list[Doc], int]:
+    def run_docs(self, docs: list[Doc], size_in: int, key: str | None = None, reports: list[Report] | None = None
+                 ) -> tuple[list[Doc], int]:
         """Run the stage on one batch of documents and record what it did under ``key`` (the batch's name,
-        see :func:`pipeline.job.stats.batch_key`); returns the kept ones and their UTF-8 size (the next
-        stage's ``bytes_in``)."""
+        see :func:`pipeline.job.stats.batch_key`): sent now, or added to ``reports`` for the caller to send with
+        others. Returns the kept ones and their UTF-8 size (the next stage's ``bytes_in``)."""
         t0 = time.perf_counter()
         n_in = len(docs)
         result = run_batch(self.stage, docs)
         dropped = Counter(d.reason for d in result.drops)
         size_out = docs_bytes(result.kept)
         self.recorder.rejects([reject_row(d.doc, d.reason, d.detail) for d in result.drops], key=key)
-        self.recorder.counts(
-            key=key, docs_in=n_in, docs_out=len(result.kept), dropped=dict(dropped), bytes_in=size_in,
-            bytes_out=size_out, seconds=time.perf_counter() - t0, metrics=result.metrics or None,
-        )
+        counts: dict[str, Any] = {
+            "docs_in": n_in, "docs_out": len(result.kept), "dropped": dict(dropped), "bytes_in": size_in,
+            "bytes_out": size_out, "seconds": time.perf_counter() - t0, "metrics": result.metrics or None,
+        }
+        if reports is None:
+            self.recorder.counts(key, **counts)
+        else:
+            reports.append(self.recorder.report(key, **counts))
         return result.kept, size_out
 
 
@@ -158,14 +165,17 @@ class StageChain:
 
     def __call__(self, table: pa.Table) -> pa.Table:
         # every stage names the batch by what entered the chain
-        docs = self.run(table_to_docs(table), text_bytes(table), batch_key(table.column("ord")))
+        reports: list[Report] = []
+        docs = self.run(table_to_docs(table), text_bytes(table), batch_key(table.column("ord")), reports)
+        send_reports(self.runners[0].recorder.actor, reports)
         return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
 
-    def run(self, docs: list[Doc], size: int, key: str) -> list[Doc]:
-        """The documents each stage keeps in turn (``size``: their UTF-8 bytes; ``key``: the batch's name)."""
+    def run(self, docs: list[Doc], size: int, key: str, reports: list[Report]) -> list[Doc]:
+        """The documents each stage keeps in turn (``size``: their UTF-8 bytes; ``key``: the batch's name); each
+        stage's report is added to ``reports``, which the caller sends in one call."""
         for runner in self.runners:
             if not docs:
                 break
-            docs, size = runner.run_docs(docs, size, key)
+            docs, size = runner.run_docs(docs, size, key, reports)
         return docs
 
