@@ -116,6 +116,8 @@ def test_words_equal_spacy_on_the_whole_text():
     s = splitter("en")
     assert s.words(text) == expected
     assert s.words(text + " Don't") == expected + ["Do", "n't"]  # from the cache
+    assert s.count(text + " :) x") == len(expected) + 2  # not split before: counted from the cache, not memoized
+    assert s.count(text) == len(expected)  # memoized by words()
 
 
 def test_sentences_equal_spacy_sentencizer():

@@ -61,8 +61,9 @@ def test_stage_seconds_cover_each_phase(ray_local, tmp_path):
     coverage, overhead = stats["coverage"], stats["overhead"]
     assert set(coverage) == {"curation", "tokenize_pack_write"}
     assert overhead["curation"]["write_parts"] > 0
-    # the workers' wait for Ray Data's start, for the driver after each materialized dataset and at the end
-    assert {"start_workers", "materialize", "finish"} <= set(overhead["curation"])
+    # the workers' wait for Ray Data's start, for the driver after each materialized dataset and at the end, and
+    # where no task of the phase ran anywhere
+    assert {"start_workers", "materialize", "finish", "between_tasks"} <= set(overhead["curation"])
     assert overhead["curation"]["start_workers"] > 0 and min(overhead["curation"].values()) >= 0
     write = overhead["tokenize_pack_write"]
     assert set(write) == {"idle", "dispatch"} and min(write.values()) >= 0
@@ -72,8 +73,7 @@ def test_stage_seconds_cover_each_phase(ray_local, tmp_path):
     assert coverage["curation"] == pytest.approx(curate / (stats["seconds"]["curation"] * 2), abs=1e-3)
     assert coverage["tokenize_pack_write"] == pytest.approx(
         (tokenize["seconds"] + sum(write.values())) / (stats["seconds"]["tokenize_pack_write"] * 2), abs=1e-3)
-    # counted once each: never more than the workers had, and nearly all of it (what curation leaves out is Ray's
-    # dispatch between a dedup stage's rounds and around Ray Data's operators: on this job, 0.87-0.92 of the phase
-    # was explained on an idle 2-core machine; 0.93-0.95 at 0.25-4 GB, bench/scale.py)
-    assert 0.8 <= coverage["curation"] <= 1.05, (coverage, stats["seconds"], overhead)
+    # counted once each: never more than the workers had, and nearly all of it (what curation leaves out is a
+    # worker's wait while another one works: Ray's dispatch of its next task, the end of a pool's work)
+    assert 0.9 <= coverage["curation"] <= 1.05, (coverage, stats["seconds"], overhead)
     assert 0.9 <= coverage["tokenize_pack_write"] <= 1.05, (coverage, stats["seconds"], overhead)

@@ -82,6 +82,35 @@ def test_a_driver_gap_counts_every_workers_wait_once(monkeypatch: pytest.MonkeyP
     assert totals.overheads() == {"finish": 11.0, "materialize": 6.0, "write_parts": 0.5}
 
 
+def test_between_tasks_counts_the_stretches_no_task_ran_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no task of the phase ran on any worker (Ray Data starting an operator, the driver between a dedup
+    stage's rounds), every worker waited: ``between_tasks``, from the moment every worker had started, never over
+    a stretch a driver gap already counted."""
+    now = [0.0]
+    monkeypatch.setattr("pipeline.job.stats.time.time", lambda: now[0])
+    totals = StageTotals()
+
+    def report(at: float, seconds: float, key: str) -> None:
+        now[0] = at
+        totals.add("01-x", seconds=seconds, key=key, at=at)
+
+    totals.add_overhead("start_workers", 2.0, "s:a", at=11.0)  # worker a waited until 11, b until 12
+    totals.add_overhead("start_workers", 3.0, "s:b", at=12.0)
+    report(14.0, 4.0, "k1")  # a: 10-14 (before 12, when b started, nothing is looked at)
+    report(16.0, 3.0, "k2")  # b: 13-16, a idle from 14: covered by b
+    report(18.0, 1.0, "k3")  # 17-18: nothing ran 16-17
+    report(20.0, 2.0, "k3")  # a repeat (18-20): its work ran, its counts are not counted again
+    now[0] = 30.0
+    totals.driver_gap("materialize", 2)  # 18-30, counted here (12 s x 2)
+    now[0] = 31.0
+    totals.add_overhead("write_parts", 0.5, "w1", at=31.0)  # 30.5-31: nothing ran 30-30.5
+    report(33.0, 1.0, "k4")  # 32-33: nothing ran 31-32
+    out = totals.overheads(2)
+    assert out["materialize"] == 24.0
+    assert out["between_tasks"] == (1.0 + 0.5 + 1.0) * 2  # 16-17, 30-30.5, 31-32
+    assert "between_tasks" not in totals.overheads()
+
+
 def test_batch_key_names_the_documents_of_a_batch() -> None:
     assert batch_key([3, 4, 5]) == batch_key(np.array([3, 4, 5], dtype=np.int64))
     assert batch_key([3, 4, 5]) != batch_key([3, 4, 6])

@@ -84,7 +84,7 @@ class FineWebQuality(FilterStage):
         if r.check(p.max_char_dup_ratio is not None and dup > p.max_char_dup_ratio, "char_dup_ratio"):
             return r.verdict()
         if p.max_newline_word_ratio is not None or p.mode == "annotate":
-            words = len(splitter(doc_lang(doc, p.language)).words(text))
+            words = splitter(doc_lang(doc, p.language)).count(text)
             ratio = s["newline_word_ratio"] = breaks / words if words else float(breaks)
             if r.check(p.max_newline_word_ratio is not None and ratio > p.max_newline_word_ratio, "list_ratio"):
                 return r.verdict()

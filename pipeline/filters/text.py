@@ -313,6 +313,17 @@ class WordSplitter:
         self._memo.put(key, out)
         return out
 
+    def count(self, text: str) -> int:
+        """``len(self.words(text))`` without building the list or memoizing it (FineWeb counts the words of the
+        text C4 rewrote, which no filter splits again)."""
+        hit = self._memo.get((self.lang, text))
+        if hit is not None:
+            return len(hit)
+        chunks = text.split()
+        with self._lock:
+            self._ensure(chunks)
+            return sum(map(len, map(self._cache.__getitem__, chunks)))
+
     def sentences(self, lines: Sequence[str]) -> int:
         """How many sentences spaCy's sentencizer finds in ``lines``, each line on its own (0 for an empty line).
 

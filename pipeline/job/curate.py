@@ -150,7 +150,7 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
             parts.extend(Part.from_json(row) for row in cast(pa.Table, batch).to_pylist())
         ray.get(stats_actor.driver_gap.remote("finish", par))  # every task has ended: the workers wait from here
     counters: Counters = ray.get(stats_actor.snapshot.remote())
-    overhead: dict[str, float] = ray.get(stats_actor.overheads.remote())
+    overhead: dict[str, float] = ray.get(stats_actor.overheads.remote(par))
     repeated: dict[str, int] = ray.get(stats_actor.repeated.remote())
     if repeated:
         emit(ev.LogLine(level="warning", message="curate: Ray ran work again after losing a worker; batches it had "
@@ -167,7 +167,8 @@ def _write_part(table: pa.Table, folder: str, stats: ActorHandle, started: float
     t0 = time.perf_counter() - process_start_seconds(started)
     out = write_part(table, folder)
     if table.num_rows:
-        ray.get(stats.add_overhead.remote("write_parts", time.perf_counter() - t0, batch_key(table.column("ord"))))
+        ray.get(stats.add_overhead.remote("write_parts", time.perf_counter() - t0, batch_key(table.column("ord")),
+                                          at=time.time()))
     return out
 
 

@@ -383,7 +383,8 @@ class Stats:
     #: the spec's inputs as read (:attr:`CurateResult.inputs`)
     inputs: tuple[JsonObject, ...] = ()
     #: per phase, worker-seconds measured outside the stages: curation's ``write_parts`` (the kept documents
-    #: written as Parquet parts); the write phase's ``idle`` (no task to run) and ``dispatch`` (a task submitted,
+    #: written as Parquet parts), ``start_workers``, ``materialize``, ``finish`` and ``between_tasks``
+    #: (:meth:`coverage`); the write phase's ``idle`` (no task to run) and ``dispatch`` (a task submitted,
     #: not started yet), as its scheduler measured them
     overhead: dict[str, dict[str, float]] | None = None
 
@@ -420,8 +421,9 @@ class Stats:
         phase's scheduler measures the worker-seconds it had no task for and each task's wait for Ray to start
         it; curation measures the readers' wait for Ray Data to start them (``start_workers``), the workers' wait
         for the driver after each dataset a dedup stage materializes (``materialize``) and after the last part
-        (``finish``), and the part writer (``write_parts``). What is left is Ray's dispatch of a dedup stage's
-        tasks and of Ray Data's operators, and the return of results."""
+        (``finish``), the part writer (``write_parts``), and the stretches when no task of the phase ran anywhere
+        (``between_tasks``: Ray Data starting an operator, the driver between a dedup stage's rounds). What is left
+        is a worker's wait while another one works: Ray's dispatch of its next task, the end of a pool's work."""
         def share(seconds: float, wall: float | None) -> float | None:
             return round(seconds / (wall * self.parallelism), 3) if wall else None
 

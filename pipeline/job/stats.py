@@ -75,6 +75,10 @@ class StageTotals:
         #: wall clock of the last report (when the last batch or task that reported ended, or a worker started), or
         #: of the end of the last driver gap counted (:meth:`driver_gap`), whichever is later
         self.last_report = 0.0
+        #: when some task of the phase was running, or a driver gap was counted: (start, end) wall-clock intervals
+        self.busy = Timeline()
+        #: the latest end of a worker's wait for its start (``start_workers``): from then on every worker has started
+        self.all_started = 0.0
 
     def add(
         self,
@@ -87,9 +91,13 @@ class StageTotals:
         seconds: float = 0.0,
         metrics: StageMetrics | None = None,
         key: str | None = None,
+        at: float | None = None,
     ) -> bool:
         """Add one report; returns False (and counts nothing) when ``key`` was counted before for this
-        stage. A report without a key (one made outside any Ray task, e.g. on the driver) always adds."""
+        stage. A report without a key (one made outside any Ray task, e.g. on the driver) always adds. ``at``: when
+        the reported work ended (wall clock), so that its ``seconds`` before it count as a busy interval."""
+        if at is not None and seconds > 0:
+            self.busy.add(at - seconds, at)  # a repeat's work ran too, though its counts are not counted again
         if key is not None:
             seen = self.seen.setdefault(stage, set())
             if key in seen:
@@ -114,13 +122,19 @@ class StageTotals:
         for stage, kwargs in reports:
             self.add(stage, **kwargs)
 
-    def add_overhead(self, step: str, seconds: float, key: str) -> None:
-        """Seconds of a step of the phase that belongs to no stage; a repeat of ``key`` is ignored."""
+    def add_overhead(self, step: str, seconds: float, key: str, at: float | None = None) -> None:
+        """Seconds of a step of the phase that belongs to no stage; a repeat of ``key`` is ignored. ``at``: as in
+        :meth:`add` for a step a worker was busy with; a worker's wait for its start (``start_workers``) is no
+        busy time, and the latest one's end is where :meth:`overheads` starts to look for ``between_tasks``."""
         self.last_report = time.time()
         seen = self.seen.setdefault(f"overhead:{step}", set())
         if key not in seen:
             seen.add(key)
             self.overhead[step] = self.overhead.get(step, 0.0) + seconds
+            if at is not None and step == "start_workers":
+                self.all_started = max(self.all_started, at)
+            elif at is not None and seconds > 0:
+                self.busy.add(at - seconds, at)
 
     def driver_gap(self, step: str, workers: int) -> None:
         """The driver says every task so far has ended and it has started none since: the seconds from the last
@@ -128,10 +142,18 @@ class StageTotals:
         now = time.time()
         if self.last_report:
             self.overhead[step] = self.overhead.get(step, 0.0) + max(0.0, now - self.last_report) * workers
+            self.busy.add(self.last_report, now)  # counted here: not again in between_tasks
         self.last_report = now
 
-    def overheads(self) -> dict[str, float]:
-        return {k: round(v, 3) for k, v in sorted(self.overhead.items())}
+    def overheads(self, workers: int | None = None) -> dict[str, float]:
+        """Every overhead step's seconds. With ``workers`` (the phase's), also ``between_tasks``: the stretches,
+        from the moment every worker had started to the last report, when no task of the phase ran anywhere and no
+        driver gap was counted (Ray Data starting an operator, the driver between a dedup stage's rounds), times
+        ``workers``: what every worker waited then."""
+        out = dict(self.overhead)
+        if workers:
+            out["between_tasks"] = self.busy.gaps(self.all_started) * workers
+        return {k: round(v, 3) for k, v in sorted(out.items())}
 
     def snapshot(self) -> dict[str, dict[str, object]]:
         """Every stage's counts; ``counters`` and ``scores`` (summaries) where the stage recorded any."""
@@ -149,6 +171,45 @@ class StageTotals:
     def repeated(self) -> dict[str, int]:
         """Per stage, the reports ignored as repeats of a batch already counted (work Ray re-ran)."""
         return dict(sorted(self.repeats.items()))
+
+
+class Timeline:
+    """A union of wall-clock intervals, merged as it grows (memory stays small however many reports come)."""
+
+    MERGE_AT = 50_000
+
+    def __init__(self) -> None:
+        self._spans: list[tuple[float, float]] = []
+        self._merged = 0  # how many of the spans, from the start, are merged already
+
+    def add(self, start: float, end: float) -> None:
+        if end > start:
+            self._spans.append((start, end))
+            if len(self._spans) - self._merged > self.MERGE_AT:
+                self._merge()
+
+    def _merge(self) -> None:
+        out: list[tuple[float, float]] = []
+        for a, b in sorted(self._spans):
+            if out and a <= out[-1][1]:
+                if b > out[-1][1]:
+                    out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+        self._spans, self._merged = out, len(out)
+
+    def gaps(self, since: float = 0.0) -> float:
+        """Seconds from ``since`` (or the first interval's start, whichever is later) to the last interval's end
+        that no interval covers."""
+        self._merge()
+        total, covered_to = 0.0, None
+        for a, b in self._spans:
+            if covered_to is None:
+                covered_to = max(a, since)
+            elif a > covered_to:
+                total += a - covered_to
+            covered_to = max(covered_to, b)
+        return total
 
 
 #: the Ray actor around :class:`StageTotals`; start it with :func:`start_stats_actor`
@@ -220,9 +281,10 @@ class StageRecorder:
         steps, while no worker has work. Counted once per actor, as ``overhead`` ``step``."""
         if self.phase_started is None:
             return
-        waited = time.time() - self.phase_started - counted
+        now = time.time()
+        waited = now - self.phase_started - counted
         if waited > 0:
-            ray.get(self.actor.add_overhead.remote(step, waited, f"{step}:{actor_id}"))
+            ray.get(self.actor.add_overhead.remote(step, waited, f"{step}:{actor_id}", at=now - counted))
 
     def driver_gap(self, step: str) -> None:
         """On the driver, at a point where every task before it has ended and none after it has started (a
@@ -245,7 +307,7 @@ class StageRecorder:
         one call to the stats actor for every stage a batch went through)."""
         if key is None:
             key = task_key(self.stage, "counts")
-        return self.stage, {**counts, "key": key}
+        return self.stage, {**counts, "key": key, "at": time.time()}
 
     def rejects(self, rows: list[Row], key: str | None = None) -> None:
         """Write dropped documents as one JSONL file, each in the one rejected-record schema
