@@ -116,7 +116,7 @@ class StageTotals:
             self.metrics.setdefault(stage, StageMetrics()).merge(metrics)
         return True
 
-    def add_many(self, reports: list[tuple[str, dict[str, Any]]]) -> None:
+    def add_many(self, reports: list[Report]) -> None:
         """Several reports in one call, each ``(stage, keyword arguments of add)`` and counted as :meth:`add`
         counts it: a chain of stages reports a batch once for all its stages, not once per stage."""
         for stage, kwargs in reports:
