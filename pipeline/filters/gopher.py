@@ -139,13 +139,12 @@ class GopherQuality(FilterStage):
         codes = self._codes
         if len(codes) > 1_000_000:
             codes.clear()
-        try:
-            arr = np.fromiter(map(codes.__getitem__, words), dtype=np.int64, count=len(words))
-        except KeyError:
+        new = set(filterfalse(codes.__contains__, words))  # most documents bring a new token: look first
+        if new:
             symbols = symbol_chars()
-            for w in set(filterfalse(codes.__contains__, words)):
+            for w in new:
                 codes[w] = len(w) << 2 | (0 if symbols.issuperset(w) else 1) | (2 if any(c.isalpha() for c in w) else 0)
-            arr = np.fromiter(map(codes.__getitem__, words), dtype=np.int64, count=len(words))
+        arr = np.fromiter(map(codes.__getitem__, words), dtype=np.int64, count=len(words))
         word = (arr & 1).astype(bool)
         return int(np.count_nonzero(word)), int((arr[word] >> 2).sum()), int(np.count_nonzero(arr & 2))
 

@@ -291,11 +291,11 @@ class WordSplitter:
         self._rules = ChunkRules(self._tok, _special_tokens(self._tok))
         self._base_affixes = not self.no_space and _base_affixes(lang)
         self._punct_chars = punct
-        self._maybe_sentence_end = re.compile("[" + re.escape("".join(sorted(punct))) + "]")
         self._memo = memo or _MEMO
         self._cache: dict[str, tuple[str, ...]] = {}
         self._old: dict[str, tuple[str, ...]] = {}  # the previous generation of the cache
         self._kind: dict[str, int] = {}  # token -> 1 sentence-ending char, 2 other punctuation, 0 else
+        self._sig: dict[str, str] = {}  # chunk -> its signature (:meth:`sentences`)
         self._budget = budget or _BUDGET
         self._lock = self._budget.lock  # Ray may run batches of one actor in threads
         self._budget.join(self)
@@ -330,47 +330,49 @@ class WordSplitter:
         A sentence ends at a token that is one of the sentencizer's punctuation characters ("." "!" "?" ...) and
         the next sentence starts at the first following token that is not punctuation. spaCy also makes a token
         of each run of whitespace other than one space; such a token can start a sentence, so it is kept here.
+
+        Counted without a Python step per token: each chunk's tokens become a signature, ``1`` for a sentence end
+        and ``0`` for a token that is not punctuation (other punctuation changes nothing, so it is left out); a
+        line's signature is its chunks' joined, and every ``10`` in it is a sentence start after an end.
         """
-        total = 0
-        split: list[list[str]] = []
-        for line in lines:
-            if not line:
-                continue
-            if self._maybe_sentence_end.search(line):
-                split.append(_WHITESPACE_RUNS.split(line))
-            else:
-                total += 1  # no sentence end: one sentence
+        split = [_WHITESPACE_RUNS.split(line) for line in lines if line]
         if not split:
-            return total
+            return 0
+        total = 0
         with self._lock:
-            self._ensure(piece for pieces in split for piece in pieces[::2] if piece)
-            cache, kind, ends = self._cache, self._kind, self._punct_chars
+            self._budget.turn_if_due()  # before the signatures are read: a turn replaces them
+            sig = self._sig
+            new = set(filterfalse(sig.__contains__, chain.from_iterable(split)))  # the rest are known
+            if new:
+                self._ensure(piece for piece in new if piece and not piece.isspace())
+                for piece in new:
+                    sig[piece] = self._signature(piece)
             for pieces in split:
-                count, seen_end = 1, False
-                for i, piece in enumerate(pieces):
-                    if i % 2:
-                        if piece != " " and seen_end:  # a whitespace token: not punctuation
-                            count += 1
-                            seen_end = False
-                        continue
-                    for tok in cache[piece] if piece else ():
-                        k = kind.get(tok)
-                        if k is None:
-                            k = kind[tok] = 1 if tok in ends else 2 if _is_punct(tok) else 0
-                        if k == 1:
-                            seen_end = True
-                        elif seen_end and k == 0:
-                            count += 1
-                            seen_end = False
-                total += count
+                total += 1 + "".join(map(sig.__getitem__, pieces)).count("10")
         return total
+
+    def _signature(self, piece: str) -> str:
+        """A piece's part of a line's signature (:meth:`sentences`): per token ``1`` (a sentence end), ``0`` (not
+        punctuation) or nothing (other punctuation); a whitespace run other than one space is a token (``0``)."""
+        if not piece or piece == " ":
+            return ""
+        if piece.isspace():
+            return "0"
+        kind, ends = self._kind, self._punct_chars
+        out = []
+        for tok in self._cache[piece]:
+            k = kind.get(tok)
+            if k is None:
+                k = kind[tok] = 1 if tok in ends else 2 if _is_punct(tok) else 0
+            if k != 2:
+                out.append("1" if k == 1 else "0")
+        return "".join(out)
 
     def _ensure(self, chunks: Iterable[str]) -> None:
         """Put every chunk in the cache (one spaCy call for those it lacks); call with the lock held."""
         self._budget.turn_if_due()  # a new generation: memory stays bounded (CacheBudget)
         cache = self._cache
-        wanted = set(chunks)
-        missing = set(filterfalse(cache.__contains__, wanted))  # no bytecode per chunk
+        missing = set(filterfalse(cache.__contains__, chunks))  # no bytecode per chunk
         if not missing:
             return
         before = len(cache)
@@ -406,7 +408,7 @@ class WordSplitter:
 
     def _turn(self) -> None:
         """The current generation becomes the previous one (:meth:`CacheBudget.turn_if_due`, lock held)."""
-        self._old, self._cache, self._kind = self._cache, {}, {}
+        self._old, self._cache, self._kind, self._sig = self._cache, {}, {}, {}
 
     def _affix_split(self, chunk: str) -> tuple[str, str] | None:
         """spaCy's tokens of the commonest chunks after plain words, without spaCy: a word and one punctuation

@@ -170,8 +170,10 @@ class FilterStage(Stage):
     def judge(self, doc: Doc, verdict: bool | str | Verdict) -> Doc | Drop:
         """Apply a verdict in this stage's mode: observe its scores, then keep, drop or annotate."""
         v = self.verdict(verdict)
-        for name, value in v.scores.items():
-            self.observe(name, value)
+        if v.scores:  # a dozen scores a document: one lookup of the recording, not one per score
+            observe = self._recording().observe
+            for name, value in v.scores.items():
+                observe(name, value)
         if self.params.mode == "annotate":
             meta = doc.get("meta")
             if not isinstance(meta, dict):

@@ -109,7 +109,10 @@ class StageMetrics:
         sketch = self.scores.get(name)
         if sketch is None:
             sketch = self.scores[name] = ScoreSketch()
-        sketch.add(value)
+        pending = sketch._pending  # ScoreSketch.add inlined: called for every score of every document
+        pending.append(value)
+        if len(pending) >= 8192:
+            sketch._flush()
 
     def merge(self, other: StageMetrics) -> None:
         self.counters.update(other.counters)
