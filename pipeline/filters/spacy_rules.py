@@ -109,9 +109,9 @@ class ChunkRules:
         tokens.extend(reversed(suffixes))
         if len(tokens) == 1:  # the chunk itself: a special case was handled above, the matcher has no run
             return (tokens[0],)
-        return None if self._matcher_may_join(tokens) else tuple(tokens)
+        return None if self._matcher_may_change(tokens) else tuple(tokens)
 
-    def _matcher_may_join(self, tokens: list[str]) -> bool:
+    def _matcher_may_change(self, tokens: list[str]) -> bool:
         """Whether spaCy's matcher could change ``tokens``: some run of them (one token or more) spells a special
         case whose own tokens are not that run.
 

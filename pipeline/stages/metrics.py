@@ -109,10 +109,7 @@ class StageMetrics:
         sketch = self.scores.get(name)
         if sketch is None:
             sketch = self.scores[name] = ScoreSketch()
-        pending = sketch._pending  # ScoreSketch.add inlined: called for every score of every document
-        pending.append(value)
-        if len(pending) >= 8192:
-            sketch._flush()
+        sketch.add(value)
 
     def merge(self, other: StageMetrics) -> None:
         self.counters.update(other.counters)
