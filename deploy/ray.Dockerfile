@@ -23,7 +23,7 @@ RUN apt-get update \
 USER 1000:100
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY --chown=1000:100 pyproject.toml README.md ./
+COPY --chown=1000:100 pyproject.toml setup.py README.md ./
 COPY --chown=1000:100 pipeline pipeline
 COPY --chown=1000:100 training training
 COPY --chown=1000:100 kernels kernels

@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 import random
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -401,3 +402,60 @@ def test_the_fast_path_on_a_softmax_model_and_none_for_word_ngrams(tiny_lid, tmp
     model = FastTextModel(bigrams)
     assert model._fast is None  # word n-grams: fastText's predict itself
     assert model.best(texts[:50]) == model.predict(texts[:50], k=1)
+
+
+# ---------------------------------------------------------------- the token splitter: C extension and Python
+
+
+def splitter_lines(n: int, seed: int) -> list[str]:
+    """Lines of every separator fastText knows (and whitespace it does not), repeated and new tokens, a lone
+    surrogate, an embedded line feed, empty and blank lines."""
+    rng = random.Random(seed)
+    seps = [" ", "  ", "\t", "\v", "\f", "\r", "\x00", "\u00a0", "\u3000", "\x85"]
+    out = ["", " ", "\x00\t", "a", "bad \ud800 x", "two\nlines here", "ends with a space "]
+    for _ in range(n):
+        words = [rng.choice(PIECES + EN_WORDS + DE_WORDS) for _ in range(rng.randint(0, 30))]
+        out.append("".join(w + rng.choice(seps) for w in words))
+    return out
+
+
+def test_the_c_token_splitter_is_built_where_a_compiler_is():
+    import shutil
+    import sysconfig
+
+    from kernels import fasttext_tokens
+
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not (shutil.which("cc") or shutil.which("gcc")) or not headers.is_file():
+        pytest.skip("no C compiler or Python headers: the install leaves the extension out, on purpose")
+    assert fasttext_tokens.native(), "pip install -e . should have built kernels._fasttext_tokens (setup.py)"
+
+
+def test_the_c_token_splitter_equals_the_python_one():
+    from kernels import fasttext_tokens
+
+    if not fasttext_tokens.native():
+        pytest.skip("the C extension is not built here")
+    for seed in range(4):
+        lines = splitter_lines(300, seed)
+        for batch in (lines, lines[:1], [], [""], lines[::7]):
+            distinct, ids, ends = fasttext_tokens.split_lines(batch)
+            want = fasttext_tokens.split_lines_py(batch)
+            assert distinct == want[0]
+            assert ids.tolist() == want[1].tolist() and ends.tolist() == want[2].tolist()
+            assert len(ends) == len(batch)
+            # the tokens, put back, are fastText's tokens of each line
+            tokens = [distinct[i] for i in ids.tolist()]
+            starts = [0, *ends.tolist()][: len(batch)]
+            for line, a, b in zip(batch, starts, ends.tolist(), strict=True):
+                assert tokens[a:b] == [t for t in re.split("[ \t\n\v\f\r\x00]+", line) if t]
+
+
+def test_the_fast_path_with_the_python_splitter(default_model, monkeypatch):
+    from kernels import fasttext_tokens
+    from pipeline.filters import fasttext_numpy
+
+    monkeypatch.setattr(fasttext_numpy, "split_lines", fasttext_tokens.split_lines_py)
+    fast = fasttext_numpy.TopLabel.load(default_model._model, default_model.path)
+    monkeypatch.setattr(default_model, "_fast", fast)
+    assert_same_as_predict(default_model, adversarial_texts(200, seed=9))

@@ -101,7 +101,7 @@ class FastTextModel:
 
     def best(self, texts: Sequence[str], cutoffs: Sequence[float] = ()) -> list[list[tuple[str, float]]]:
         """``predict(texts, k=1)``, the same labels and probabilities, computed by :mod:`fasttext_numpy` where the
-        model allows it (1.6-2.3x cheaper); a text whose best label or whose probability against one of
+        model allows it (several times cheaper); a text whose best label or whose probability against one of
         ``cutoffs`` is too close to call that way is given to fastText itself."""
         if self._fast is None or not texts:
             return self.predict(texts, k=1)

@@ -1,12 +1,14 @@
 """fastText's best label, computed with NumPy from the model's own matrices: the same label and probability as
-``model.predict(text)`` (k=1), 1.6-2.3x cheaper in one process (``bench/fast_paths.py``).
+``model.predict(text)`` (k=1), several times cheaper in one process (``bench/fast_paths.py``).
 
 Why: fastText sums, for every whitespace-separated token of a document, the input-matrix rows of the token and of
 its character n-grams (a dozen rows a token), averages them and scores the labels on that average; it does this
 row by row for every token of every document, 0.6-0.7 ms per web page, the largest cost of the curation chain
 after word splitting (``bench/scale.py``). A token's rows are the same wherever it occurs, so here each token's
 row sum and row count are computed once and cached; a document is then one gather and one sum over its tokens, a
-batch one matrix product with the output layer. A token not in the cache gets its rows as fastText's
+batch one matrix product with the output layer. The batch's tokens are split and numbered by distinct token in
+C (:mod:`kernels.fasttext_tokens`), so Python looks up only distinct tokens in the cache. A token not in the
+cache gets its rows as fastText's
 ``Dictionary::computeSubwords`` finds them (the character n-grams of ``<token>``, FNV-1a hashed into buckets,
 mapped through a pruned model's index, read from the model file), in NumPy over every missing token of a batch
 at once: asking the model token by token (``get_subwords``) costs 17 us a token, more than its whole prediction.
@@ -28,7 +30,6 @@ return None, and the caller keeps fastText's ``predict``.
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from kernels.fasttext_tokens import FT_SPACE, split_lines
 
 #: where the fast result is handed to fastText: log-probability gap of the two best labels, and distance of the
 #: probability from a cutoff, at least MARGIN and PER_ROW per input row averaged. fastText sums the rows in
@@ -51,9 +54,6 @@ PER_ROW = 2e-7
 #: ~370,000 tokens of a 256-dimension model
 TOKEN_CACHE = 440_000_000
 TOKEN_OVERHEAD = 156
-#: fastText's ``readWord`` separators (``src/dictionary.cc``); Python's ``str.split()`` splits on more
-_FT_SPACE = re.compile("[ \t\n\v\f\r\x00]+")
-_FT_OTHER_SPACE = re.compile("[\t\n\v\f\r\x00]")
 EOS = "</s>"
 LABEL_PREFIX = "__label__"
 FASTTEXT_MAGIC = 793712314
@@ -295,24 +295,18 @@ class TopLabel:
             sums[:, d] = np.bincount(who, weights=vectors[:, d], minlength=n)
         return sums, np.bincount(who, minlength=n).astype(np.float32)
 
-    def _slots(self, tokens: list[str]) -> np.ndarray:
-        """Each token's row in the current generation of the cache: found there, moved from the previous one,
-        or computed (together, for the whole call). When the current generation is full it becomes the previous
-        one: memory stays bounded, and the frequent tokens are carried over, never computed again.
-
-        The call's distinct tokens are looked up, not every token: a batch's own small dict stays in the CPU's
-        cache where a probe of the large one waits for memory."""
-        local = dict.fromkeys(tokens)
-        distinct = list(local)
-        local.update(zip(distinct, range(len(distinct)), strict=True))
-        where = np.fromiter(map(local.__getitem__, tokens), dtype=np.int64, count=len(tokens))
-        return self._distinct_slots(distinct)[where]
-
     def _generation_size(self) -> int:
         """Tokens in one generation of the cache: half of what :data:`TOKEN_CACHE` bytes hold."""
         return max(1, TOKEN_CACHE // (4 * self._dim + TOKEN_OVERHEAD) // 2)
 
     def _distinct_slots(self, tokens: list[str]) -> np.ndarray:
+        """Each of the distinct ``tokens``' row in the current generation of the cache: found there, moved from
+        the previous one, or computed (together, for the whole call). When the current generation is full it
+        becomes the previous one: memory stays bounded, and the frequent tokens are carried over, never computed
+        again.
+
+        Only a call's distinct tokens are looked up (:func:`kernels.fasttext_tokens.split_lines` numbers them):
+        a batch's own small table stays in the CPU's cache where a probe of the large one waits for memory."""
         cache = self._cache
         slots = np.fromiter(map(cache.index.get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
         lost = np.flatnonzero(slots < 0)
@@ -339,21 +333,21 @@ class TopLabel:
     def scores(self, lines: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per line (one fastText line each: no ``\\n``): every label's log-probability as fastText scores it
         (rows of -inf for a line without a token), and how many input rows fastText averages for it."""
-        tokens: list[str] = []
-        ends: list[int] = []
         eos = np.ones(len(lines))  # whether the appended end-of-line token is reached
+        cut: list[str] | None = None
         for i, line in enumerate(lines):
-            parts = _FT_SPACE.split(line) if _FT_OTHER_SPACE.search(line) else line.split(" ")
-            if EOS in line and EOS in parts:  # getLine stops at the first "</s>", its own row in
-                parts = parts[: parts.index(EOS) + 1]
-                eos[i] = 0.0
-            tokens.extend(filter(None, parts))
-            ends.append(len(tokens))
-        slots = self._slots(tokens)
+            if EOS in line:  # rare: getLine stops at the first "</s>" token, its own row in
+                parts = [p for p in FT_SPACE.split(line) if p]
+                if EOS in parts:
+                    cut = cut or list(lines)
+                    cut[i] = " ".join(parts[: parts.index(EOS) + 1])
+                    eos[i] = 0.0
+        distinct, ids, ends = split_lines(lines if cut is None else cut)
+        slots = self._distinct_slots(distinct)[ids]
         sums = np.zeros((len(lines), self._dim))
         counts = np.zeros(len(lines))
-        starts = np.asarray([0, *ends[:-1]], dtype=np.int64)
-        has = starts < np.asarray(ends)
+        starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+        has = starts < ends
         if slots.size:
             sums[has] = np.add.reduceat(self._cache.sums[slots], starts[has], axis=0, dtype=np.float64)
             counts[has] = np.add.reduceat(self._cache.counts[slots], starts[has], dtype=np.float64)
