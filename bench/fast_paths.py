@@ -6,7 +6,7 @@ one process: the same answers, and how much cheaper.
   document of lid/, web/, code/ and english/. Reported: CPU-seconds of each, their ratio, documents whose label
   or whose decision at ``min_score`` 0.65 differs (goal: none), the largest probability difference, and how
   many documents were handed to fastText as too close to call; ``c_splitter``: whether the token splitter's C
-  extension (``kernels/fasttext_tokens.c``) was built, else its Python equivalent ran.
+  extension (``kernels/text_native.c``) was built, else its Python equivalent ran.
 - ``words``: :meth:`ChunkRules.split` (``pipeline/filters/spacy_rules.py``) against spaCy's tokenizer of the
   language, on the distinct chunks of those texts that are not plain words (what the cache misses), for en, de,
   ru, fr and xx. Reported per language: microseconds a chunk of each, chunks whose tokens differ (goal: none),

@@ -3,7 +3,7 @@ each token's cached row sum (:mod:`pipeline.filters.fasttext_numpy`).
 
 Why a kernel: on a long stream, the lid stage's cost was two thirds this step in Python (a str object per token,
 ``dict.fromkeys`` and a lookup per token: ~300 ns a token, ~100 CPU-s per GB of text). The C extension
-``kernels._fasttext_tokens`` (``kernels/fasttext_tokens.c``, built by ``pip install``; a C compiler and Python's
+``kernels._text_native`` (``kernels/text_native.c``, built by ``pip install``; a C compiler and Python's
 headers are needed, and where they are missing the install goes on without it) does it in one pass over the
 batch's UTF-8 bytes, with a batch-local hash table that compares equal bytes exactly, and hands Python only the
 distinct tokens. :func:`split_lines_py` is the same in Python, used where the extension is not built;
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 try:
-    from kernels import _fasttext_tokens as _native
+    from kernels import _text_native as _native
 except ImportError:  # not built (no compiler at install time): the Python path below
     _native = None
 

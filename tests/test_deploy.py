@@ -760,7 +760,7 @@ def test_build_context_holds_what_the_dockerfile_copies_and_nothing_else(dockerf
     kept_out = [".venv/bin/python", ".git/HEAD", "demo_out/manifest.json", "tokenmill-service/tokenmill.db",
                 "tests/test_deploy.py", "bench/results/x.json", "pipeline/__pycache__/spec.cpython-311.pyc",
                 "tokenmill.egg-info/PKG-INFO", "deploy/compose.yaml",
-                "kernels/_fasttext_tokens.cpython-311-x86_64-linux-gnu.so"]  # the host's build: images build their own
+                "kernels/_text_native.cpython-311-x86_64-linux-gnu.so"]  # the host's build: images build their own
     assert [p for p in kept_out if not ignored(p, patterns)] == []
 
 

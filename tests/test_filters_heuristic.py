@@ -618,3 +618,51 @@ def test_the_rules_port_gives_spacys_tokens_or_steps_aside(lang):
     assert ours["x:("] is None and ours["word:)"] is None  # an emoticon after a word: spaCy's matcher decides
     if lang == "en":  # special cases the matcher would find but not change (``'s``, ``does`` ``n't``): answered
         assert all(ours[c] is not None for c in ("Bill's", "culture's", "doesn't!*", "(can't)", "won't."))
+
+
+def test_gopher_quality_word_sums_in_c_equal_python(monkeypatch):
+    """The C kernel's sums (kernels/text_native.c) against the Python reference and the filter's own Python path
+    (cached codes), on tokens of letters, digits, datatrove's symbols, marks, non-BMP characters and mixes."""
+    from kernels import word_classes
+    from pipeline.filters.text import symbol_chars
+
+    symbols = symbol_chars()
+    rng = random.Random(7)
+    alphabet = ["a", "Z", "é", "ß", "Ж", "中", "ー", "7", "٣", "_", "#", ".", "…", "!", "—", "“", "\x07", "\u0301",
+                "\U0001F600", "\U00010400", "%", "¿", "।", "՝", "‽"]
+    words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6))) for _ in range(5000)]
+    want = word_classes.word_sums_py(words, symbols)
+    assert want[0] < len(words) and want[2] < len(words)  # some symbol-only, some letter-less tokens
+    stage = GopherQuality(GopherQuality.Params(), StageContext("t", "/tmp", 0, "/tmp"))
+    if word_classes.native():
+        assert word_classes.word_sums(words, word_classes.symbol_bitmap(symbols)) == want
+        assert stage._word_sums(words) == want
+    monkeypatch.setattr(word_classes, "native", lambda: False)  # the filter's Python path: cached codes
+    assert stage._word_sums(words) == want
+    assert stage._word_sums(words[:100]) == word_classes.word_sums_py(words[:100], symbols)
+
+
+def test_words_many_in_c_equal_words_one_by_one():
+    """The batch path (kernels/text_native.c: str.split() of many texts, chunks numbered across them, word lists
+    built from the cache's tuples) against the Python path, on text with every whitespace str.split() knows."""
+    from kernels import text_chunks
+    from pipeline.filters.text import CacheBudget, WordMemo, WordSplitter
+
+    rng = random.Random(11)
+    spaces = [" ", "  ", "\n", "\t", "\x0b", "\x1c", "\x85", "\xa0", "\u1680", "\u2003", "\u2028", "\u202f", "\u3000"]
+    pieces = ["the", "cat's", "(see", "U.S.", "e-mail", "x@y.org", "10,000", "ü", "Ж", "中文", "\U0001F600", ":)",
+              "don't", "https://a.b/c?d=e", "a\u0301", "!!", "—", "..."]
+    texts = ["", " ", "\u3000\n", "one"] + [
+        "".join(rng.choice(pieces) + rng.choice(spaces) for _ in range(rng.randint(0, 60))) for _ in range(300)
+    ]
+    texts += texts[:50]  # repeated texts: the memo's path
+    distinct, ids, ends = text_chunks.split_texts(texts)
+    want = text_chunks.split_texts_py(texts)
+    assert distinct == want[0] and ids.tolist() == want[1].tolist() and ends.tolist() == want[2].tolist()
+    parts = [tuple(c) for c in distinct]  # any tuples: the assembly alone
+    assert text_chunks.assemble(parts, ids, ends) == text_chunks.assemble_py(parts, ids, ends)
+    for lang in ("en", "de", "zh"):  # each side its own cache and memo: neither reads the other's answers
+        fresh = WordSplitter(lang, CacheBudget(10**6), WordMemo(10**6)).words_many(texts)
+        one_by_one = WordSplitter(lang, CacheBudget(10**6), WordMemo(10**6))
+        assert fresh == [one_by_one.words(t) for t in texts]
+        assert [t.split() == [] for t in texts] == [w == [] for w in fresh]

@@ -428,7 +428,7 @@ def test_the_c_token_splitter_is_built_where_a_compiler_is():
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not (shutil.which("cc") or shutil.which("gcc")) or not headers.is_file():
         pytest.skip("no C compiler or Python headers: the install leaves the extension out, on purpose")
-    assert fasttext_tokens.native(), "pip install -e . should have built kernels._fasttext_tokens (setup.py)"
+    assert fasttext_tokens.native(), "pip install -e . should have built kernels._text_native (setup.py)"
 
 
 def test_the_c_token_splitter_equals_the_python_one():

@@ -22,6 +22,7 @@ from itertools import chain, filterfalse
 import numpy as np
 from pydantic import Field
 
+from kernels import word_classes
 from pipeline.documents import Doc, Drop
 from pipeline.filters.text import (
     NO_SPACE_LANGS,
@@ -79,8 +80,10 @@ class GopherQuality(FilterStage):
 
     def __init__(self, params: GopherQualityParams, ctx: StageContext):
         super().__init__(params, ctx)
-        #: token -> its length << 2 | 1 when it is a word (not only symbols) | 2 when it has a letter
+        #: token -> its length << 2 | 1 when it is a word (not only symbols) | 2 when it has a letter (the Python
+        #: path, where the C kernel is not built)
         self._codes: dict[str, int] = {}
+        self._symbol_bits: bytes | None = None
 
     def setup(self) -> None:
         symbol_chars()
@@ -134,8 +137,13 @@ class GopherQuality(FilterStage):
         return r.verdict()
 
     def _word_sums(self, words: list[str]) -> tuple[int, int, int]:
-        """(words, their characters, tokens with a letter) among ``words``: one code per distinct token, kept
-        across documents (a corpus repeats its tokens), summed with numpy rather than a Python loop per token."""
+        """(words, their characters, tokens with a letter) among ``words``: in C (:mod:`kernels.word_classes`)
+        where it is built; else one code per distinct token, kept across documents (a corpus repeats its tokens),
+        summed with numpy rather than a Python loop per token."""
+        if word_classes.native():
+            if self._symbol_bits is None:
+                self._symbol_bits = word_classes.symbol_bitmap(symbol_chars())
+            return word_classes.word_sums(words, self._symbol_bits)
         codes = self._codes
         if len(codes) > 1_000_000:
             codes.clear()
@@ -193,10 +201,9 @@ class GopherRepetition(FilterStage):
         splitter(self.params.language)
 
     def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
-        p = self.params
         checks = [self._text_rules(doc) for doc in docs]
         pending = [k for k, (_, done) in enumerate(checks) if not done]
-        words = [splitter(doc_lang(docs[k], p.language)).words(docs[k]["text"]) for k in pending]
+        words = self._words([docs[k] for k in pending])
         for run in _runs([len(w) for w in words], BATCH_WORDS):  # memory: bounded per run
             batch = BatchNGrams([words[j] for j in run])
             for i, j in enumerate(run):
@@ -204,6 +211,16 @@ class GopherRepetition(FilterStage):
                 self._ngram_rules(checks[k][0], batch.doc(i), len(docs[k]["text"]))
         for doc, (r, _) in zip(docs, checks, strict=True):
             yield self.judge(doc, r.verdict())
+
+    def _words(self, docs: list[Doc]) -> list[list[str]]:
+        """Each document's words, split a language at a time (:meth:`WordSplitter.words_many`)."""
+        langs = [doc_lang(doc, self.params.language) for doc in docs]
+        out: list[list[str]] = [[] for _ in docs]
+        for lang in dict.fromkeys(langs):
+            at = [i for i, x in enumerate(langs) if x == lang]
+            for i, words in zip(at, splitter(lang).words_many([docs[i]["text"] for i in at]), strict=True):
+                out[i] = words
+        return out
 
     def filter(self, doc: Doc) -> Verdict:
         r, done = self._text_rules(doc)
