@@ -8,10 +8,10 @@ after word splitting (``bench/scale.py``). A token's rows are the same wherever 
 row sum and row count are computed once and cached; a document is then one gather and one sum over its tokens, a
 batch one matrix product with the output layer. The batch's tokens are split and numbered by distinct token in
 C (:mod:`kernels.fasttext_tokens`), so Python looks up only distinct tokens in the cache. A token not in the
-cache gets its rows as fastText's
-``Dictionary::computeSubwords`` finds them (the character n-grams of ``<token>``, FNV-1a hashed into buckets,
-mapped through a pruned model's index, read from the model file), in NumPy over every missing token of a batch
-at once: asking the model token by token (``get_subwords``) costs 17 us a token, more than its whole prediction.
+cache gets its rows as fastText's ``Dictionary::computeSubwords`` finds them (the character n-grams of
+``<token>``, FNV-1a hashed into buckets, mapped through a pruned model's index, read from the model file), in
+NumPy over every missing token of a batch at once: asking the model token by token (``get_subwords``) costs
+17 us a token, more than its whole prediction.
 
 Exactness. The label and probability follow fastText's ``predict`` step for step: its tokenizer (split on
 space, tab, vertical tab, form feed, carriage return and NUL; the end-of-line token ``</s>`` that ``predict``
