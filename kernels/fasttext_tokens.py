@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kernels.text_chunks import number_distinct
+
 try:
     from kernels import _text_native as _native
 except ImportError:  # not built (no compiler at install time): the Python path below
@@ -58,8 +60,5 @@ def split_lines_py(lines: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndar
         parts = FT_SPACE.split(line) if _FT_OTHER_SPACE.search(line) else line.split(" ")
         tokens.extend(filter(None, parts))
         ends.append(len(tokens))
-    local = dict.fromkeys(tokens)  # a batch's own small dict: every token probed here, not in a large cache
-    distinct = list(local)
-    local.update(zip(distinct, range(len(distinct)), strict=True))
-    ids = np.fromiter(map(local.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+    distinct, ids = number_distinct(tokens)
     return distinct, ids, np.asarray(ends, dtype=np.int64)

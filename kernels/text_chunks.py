@@ -48,6 +48,15 @@ def assemble(parts: list[tuple[str, ...]], ids: np.ndarray, ends: np.ndarray) ->
                             np.ascontiguousarray(ends, dtype=np.int64).tobytes())
 
 
+def number_distinct(items: list[str]) -> tuple[list[str], np.ndarray]:
+    """The distinct ``items`` in order of first occurrence, and per item the index of its distinct one: what the
+    C kernels compute, in Python (a batch's own small dict, so every item is probed there, not in a large cache)."""
+    local = dict.fromkeys(items)
+    distinct = list(local)
+    local.update(zip(distinct, range(len(distinct)), strict=True))
+    return distinct, np.fromiter(map(local.__getitem__, items), dtype=np.int64, count=len(items))
+
+
 def split_texts_py(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """:func:`split_texts` in Python (the same result)."""
     chunks: list[str] = []
@@ -55,10 +64,7 @@ def split_texts_py(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndar
     for text in texts:
         chunks.extend(text.split())
         ends.append(len(chunks))
-    local = dict.fromkeys(chunks)
-    distinct = list(local)
-    local.update(zip(distinct, range(len(distinct)), strict=True))
-    ids = np.fromiter(map(local.__getitem__, chunks), dtype=np.int64, count=len(chunks))
+    distinct, ids = number_distinct(chunks)
     return distinct, ids, np.asarray(ends, dtype=np.int64)
 
 

@@ -214,10 +214,11 @@ class GopherRepetition(FilterStage):
 
     def _words(self, docs: list[Doc]) -> list[list[str]]:
         """Each document's words, split a language at a time (:meth:`WordSplitter.words_many`)."""
-        langs = [doc_lang(doc, self.params.language) for doc in docs]
+        by_lang: dict[str, list[int]] = {}
+        for i, doc in enumerate(docs):
+            by_lang.setdefault(doc_lang(doc, self.params.language), []).append(i)
         out: list[list[str]] = [[] for _ in docs]
-        for lang in dict.fromkeys(langs):
-            at = [i for i, x in enumerate(langs) if x == lang]
+        for lang, at in by_lang.items():
             for i, words in zip(at, splitter(lang).words_many([docs[i]["text"] for i in at]), strict=True):
                 out[i] = words
         return out
