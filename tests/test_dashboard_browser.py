@@ -139,15 +139,17 @@ def _rows(driver, table: str) -> list[list[str]]:
 
 def _click(driver, css: str, timeout: float = WAIT_S) -> None:
     """Click what ``css`` names, again if the page redrew it between finding and clicking (the lists are
-    re-rendered on every poll, so a found row can be stale by the time the click reaches it)."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    re-rendered on every poll, so a found row can be stale by the time the click reaches it), or if the layout
+    moved between the scroll and the click (a panel above it filled in, e.g. the log, and another element is
+    now under the point; CI saw this)."""
+    from selenium.common.exceptions import ElementClickInterceptedException, StaleElementReferenceException
 
     end = time.monotonic() + timeout
     while True:
         try:
             driver.find_element("css selector", css).click()
             return
-        except StaleElementReferenceException:
+        except (StaleElementReferenceException, ElementClickInterceptedException):
             if time.monotonic() > end:
                 raise
             time.sleep(0.05)

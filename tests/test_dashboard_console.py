@@ -152,7 +152,7 @@ def _submit(driver, body: str, idempotency_key: str = "") -> None:
         box.clear()
         if value:
             box.send_keys(value)
-    driver.find_element("id", "submit").click()
+    _click(driver, "#submit")
 
 
 def _submitted(driver) -> str:
@@ -367,20 +367,20 @@ def test_the_console_submits_follows_cancels_and_opens_artifacts_and_schedules(c
     _shot(driver, shots, "schedule.png")
 
     # pause, resume, delete: each after a confirmation
-    driver.find_element("id", "schedule-pause").click()
+    _click(driver, "#schedule-pause")
     assert driver.find_element("id", "schedule-confirm").is_displayed()
     assert api.get(f"/v1/schedules/{sched['id']}").json()["paused"] is False  # nothing before the confirmation
-    driver.find_element("id", "schedule-confirm-yes").click()
+    _click(driver, "#schedule-confirm-yes")
     _wait(driver, "paused", lambda d: d.find_element("id", "schedule-panel").get_attribute("data-paused") == "true")
     assert api.get(f"/v1/schedules/{sched['id']}").json()["paused"] is True
-    driver.find_element("id", "schedule-resume").click()
-    driver.find_element("id", "schedule-confirm-yes").click()
+    _click(driver, "#schedule-resume")
+    _click(driver, "#schedule-confirm-yes")
     _wait(driver, "resumed", lambda d: d.find_element("id", "schedule-panel").get_attribute("data-paused") == "false")
-    driver.find_element("id", "schedule-delete").click()
-    driver.find_element("id", "schedule-confirm-no").click()  # kept
+    _click(driver, "#schedule-delete")
+    _click(driver, "#schedule-confirm-no")  # kept
     assert api.get(f"/v1/schedules/{sched['id']}").status_code == 200
-    driver.find_element("id", "schedule-delete").click()
-    driver.find_element("id", "schedule-confirm-yes").click()
+    _click(driver, "#schedule-delete")
+    _click(driver, "#schedule-confirm-yes")
     _wait(driver, "the schedule gone", lambda d: not d.find_element("id", "schedule-panel").is_displayed()
           and not _rows(d, "schedules"))
     assert api.get(f"/v1/schedules/{sched['id']}").status_code == 404
