@@ -349,7 +349,7 @@ def job_spec(corpus: Path, out: Path, name: str, args: argparse.Namespace) -> di
         ],
         "tokenizer": {"train": {"vocab_size": args.vocab}},
         "packing": {"seq_len": args.seq_len},
-        "output": {"path": str(out)},
+        "output": {"path": str(out), "rejected_sample": args.rejected_sample},
         "execution": {"parallelism": args.parallelism},
     }
 
@@ -746,6 +746,7 @@ def measure(size_gb: float, corpus: Corpus, run_dir: Path, args: argparse.Namesp
         "spilled_mb": round(spilled / 1e6, 1), "spilled_log_mib": spill_log_mib, "restored_log_mib": restored_mib,
         "spill_dir_peak_mb": round(watch.spill_peak / 1e6, 1), "work_peak_mb": round(watch.work_peak / 1e6, 1),
         "disk_peak_mb": round(watch.disk_peak / 1e6, 1), "output_mb": round(du_bytes(out) / 1e6, 1),
+        "rejected_mb": round(du_bytes(out / "rejected") / 1e6, 1),
         "ray_session": watch.session.name if watch.session else None,
         "docs_kept": stats.get("packing", {}).get("docs"),
         "tokens": stats.get("output", {}).get("tokens"), "shards": stats.get("output", {}).get("shards"),
@@ -827,6 +828,8 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--near-threshold", type=float, default=0.7)
+    ap.add_argument("--rejected-sample", type=float, default=1.0,
+                    help="output.rejected_sample: the share of drops written to rejected/ (counts stay exact)")
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between samples of the process tree")
     ap.add_argument("--du-every", type=float, default=1.0, help="seconds between disk samples")
     args = ap.parse_args()
@@ -885,6 +888,7 @@ def main() -> None:
               f"{r['driver_peak_rss_mb']:>14.0f} {r['max_rss_mb']:>11.0f} {r['spilled_mb']:>11.0f} "
               f"{r['disk_peak_mb']:>13.0f}")
     result = summary(records, sorted(sizes))
+    result["rejected_sample"] = args.rejected_sample
     result["calibration"] = calibration
     emit_json(result, args.json)
 

@@ -99,6 +99,10 @@ class OutputSpec(Strict):
     path: str
     samples_per_shard: int = Field(1024, gt=0)
     write_rejected: bool = True
+    #: the share of the documents a stage drops that ``rejected/`` keeps, chosen by document id (the same ones on
+    #: every run, at any parallelism): at terabyte scale every drop's full text is a second corpus. Counts in
+    #: stats.json stay exact, and what the reader sets aside (malformed input) is always written whole.
+    rejected_sample: float = Field(1.0, gt=0.0, le=1.0)
     overwrite: bool = False
     #: also write the kept documents (text, metadata, annotations) in ``ord`` order under ``documents/``
     documents: Literal["parquet", "jsonl"] | None = None
@@ -158,6 +162,8 @@ class JobSpec(Strict):
         data = self.model_dump(mode="json",
                                exclude={"execution": True, "output": {"overwrite", "path", "card_compare"}})
         data["execution"] = {"seed": self.execution.seed}
+        if self.output.rejected_sample == 1.0:  # a field added later: its default keeps earlier outputs' hashes
+            del data["output"]["rejected_sample"]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

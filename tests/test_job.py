@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.job.engine import run_job
 from pipeline.job.errors import JobError
+from pipeline.job.stats import in_reject_sample
 from pipeline.output.inspect import decode_documents, verify_shards
 from pipeline.shard_format import Manifest
 from pipeline.spec import parse_spec
@@ -116,7 +117,13 @@ def test_bad_input_is_counted_and_every_valid_document_kept(ray_local, tmp_path)
     (folder / "cut.jsonl.gz").write_bytes(cut)
     salvageable = zlib.decompressobj(31).decompress(cut).count(b"\n")  # complete lines before the cut
     assert 0 < salvageable < 10
-    result = run_job(_spec(str(folder), tmp_path / "out", packing={"seq_len": 1024}))
+    # exact copies after everything else (path order): exact_dedup drops each, and output.rejected_sample writes
+    # the share of them its id hash picks, while the reader's malformed records are all written
+    copies = [{"id": f"copy{i}", "text": good[i % 10]["text"]} for i in range(60)]
+    write_jsonl(folder / "z-copies.jsonl", copies)
+    result = run_job(_spec(str(folder), tmp_path / "out", packing={"seq_len": 1024},
+                           stages=[{"type": "normalize"}, {"type": "exact_dedup"}],
+                           output={"path": str(tmp_path / "out"), "samples_per_shard": 16, "rejected_sample": 0.3}))
     read = result.stats["stages"][0]
     assert read["dropped"]["bad_json"] == 1
     assert read["dropped"]["invalid_utf8"] == 1
@@ -124,16 +131,20 @@ def test_bad_input_is_counted_and_every_valid_document_kept(ray_local, tmp_path)
     assert read["dropped"]["missing_text"] == 1
     assert read["dropped"]["not_an_object"] == 1
     assert read["dropped"]["truncated_file"] == 1
-    readable = read["docs_out"]
+    readable = read["docs_out"] - len(copies)
     assert readable == 10 + 1 + salvageable  # good lines + the 5 MB document + what precedes the cut
+    assert result.stats["stages"][2]["dropped"] == {"exact_duplicate": len(copies)}  # counts stay exact
     back = decode_documents(result.output_dir)
     assert len(back) == readable
     assert big["text"].strip() in back.values()
-    rejected = list((result.output_dir / "rejected").rglob("*.jsonl"))
-    reasons = [json.loads(line)["reason"] for f in rejected for line in f.read_text().splitlines()]
-    assert sorted(reasons) == sorted(
+    rejected = [json.loads(line) for f in (result.output_dir / "rejected").rglob("*.jsonl")
+                for line in f.read_text().splitlines()]
+    assert sorted(r["reason"] for r in rejected if r["stage"] == "read") == sorted(
         ["bad_json", "invalid_utf8", "empty_text", "missing_text", "not_an_object", "truncated_file"]
     )
+    sampled = {r["id"] for r in rejected if r["stage"] == "exact_dedup"}
+    assert sampled == {c["id"] for c in copies if in_reject_sample(c["id"], 0.3)} and 0 < len(sampled) < len(copies)
+    assert len(rejected) == 6 + len(sampled)
 
 
 def test_inspect_cli_verifies_and_decodes(first_run, tmp_path):

@@ -42,6 +42,17 @@ def test_hash_ignores_execution_and_output_place(tmp_path):
     assert a.content_hash() == b.content_hash() != c.content_hash()
 
 
+def test_a_field_added_later_keeps_earlier_specs_hashes():
+    """Resuming unfinished work and a schedule's versions compare spec hashes: a new field's default must not
+    change the hash of a spec written before it (this one's hash before ``output.rejected_sample``); a value of
+    its own does."""
+    spec = {"name": "t", "inputs": [{"path": "in/*.jsonl"}], "output": {"path": "out"}}
+    before = "dd1d68fc4ad347e5e403c4af6612575fb242d765e50f683ed3ea317e8da9dae4"
+    assert parse_spec(spec).content_hash() == before, "a new field changed every spec's hash: leave its default out"
+    sampled = parse_spec({**spec, "output": {"path": "out", "rejected_sample": 0.01}})
+    assert sampled.output.rejected_sample == 0.01 and sampled.content_hash() != before
+
+
 @pytest.mark.parametrize(
     "over, field",
     [
@@ -52,6 +63,7 @@ def test_hash_ignores_execution_and_output_place(tmp_path):
         ({"stages": [{"type": "length", "params": {"bogus": 1}}]}, "stages.0.params.bogus"),
         ({"name": ""}, "name"),
         ({"output": {}}, "output.path"),
+        ({"output": {"path": "o", "rejected_sample": 0}}, "output.rejected_sample"),
     ],
 )
 def test_invalid_spec_names_the_field(tmp_path, over, field):

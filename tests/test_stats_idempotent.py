@@ -15,7 +15,7 @@ import pytest
 import ray.exceptions as rex
 
 from pipeline.job.curate import _drop_stale_rejects, lost_work
-from pipeline.job.stats import StageRecorder, StageTotals, batch_key, reject_file_tag, task_key
+from pipeline.job.stats import StageRecorder, StageTotals, batch_key, in_reject_sample, reject_file_tag, task_key
 from pipeline.stages.metrics import StageMetrics
 
 
@@ -130,6 +130,25 @@ def test_a_batch_set_aside_twice_is_one_file(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for f in files for line in f.read_text().splitlines()] == ["d1", "d1"]
     StageRecorder("02-length", None, str(tmp_path), attempt=2).rejects(rows, key="ords:a")
     assert len(list((tmp_path / "02-length").iterdir())) == 3  # a later attempt's files are its own
+
+
+def test_a_reject_sample_writes_the_same_share_of_drops_by_id(tmp_path: Path) -> None:
+    """output.rejected_sample: a share of the drops chosen by id (the same on every call, and a smaller share
+    keeps a subset of a larger one); the reader's malformed records are written whole."""
+    rows = [{"id": f"d{i}", "text": "x", "source": "a.jsonl", "ord": i, "reason": "too_short", "detail": {}}
+            for i in range(2000)]
+
+    def written(share: float, key: str, **kw) -> set[str]:
+        StageRecorder("02-length", None, str(tmp_path / str(share)), sample=share).rejects(rows, key=key, **kw)
+        return {json.loads(line)["id"] for f in (tmp_path / str(share) / "02-length").iterdir()
+                for line in f.read_text().splitlines()}
+
+    tenth, half = written(0.1, "ords:a"), written(0.5, "ords:a")
+    assert 140 < len(tenth) < 260 and 900 < len(half) < 1100
+    assert tenth < half and tenth == {r["id"] for r in rows if in_reject_sample(r["id"], 0.1)}
+    assert written(1.0, "ords:a") == {r["id"] for r in rows}
+    assert written(0.1, "ords:b", sampled=False) == {r["id"] for r in rows}  # the reader's: every record
+    assert all(in_reject_sample(f"d{i}", 1.0) for i in range(2000))
 
 
 def test_a_later_attempt_drops_what_earlier_ones_left(tmp_path: Path) -> None:

@@ -132,7 +132,7 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
     started = time.time()
 
     def recorder(key: str) -> StageRecorder:
-        return StageRecorder(key, stats_actor, rejected_dir, attempt, started, par)
+        return StageRecorder(key, stats_actor, rejected_dir, attempt, started, par, spec.output.rejected_sample)
 
     files = expand_inputs(spec.inputs)
     parts: list[Part] = []

@@ -274,6 +274,8 @@ class StageRecorder:
     phase_started: float | None = None
     #: the phase's workers (``execution.parallelism``): the worker-seconds a wait of every worker costs
     parallelism: int = 1
+    #: ``output.rejected_sample``: the share of drops :meth:`rejects` writes (:func:`in_reject_sample`)
+    sample: float = 1.0
 
     def waited_for_workers(self, step: str, actor_id: str, counted: float) -> None:
         """In a worker's constructor: the seconds from the phase's start to this worker's start, less its process's
@@ -309,11 +311,15 @@ class StageRecorder:
             key = task_key(self.stage, "counts")
         return self.stage, {**counts, "key": key, "at": time.time()}
 
-    def rejects(self, rows: list[Row], key: str | None = None) -> None:
+    def rejects(self, rows: list[Row], key: str | None = None, *, sampled: bool = True) -> None:
         """Write dropped documents as one JSONL file, each in the one rejected-record schema
         (:func:`pipeline.documents.reject_row`) with this stage's type name (``exact_dedup`` for the
         stage folder ``03-exact_dedup``), whatever shape the stage handed them in. The file is named by
-        the batch's key (as :meth:`counts`), so the same batch written twice is one file."""
+        the batch's key (as :meth:`counts`), so the same batch written twice is one file. With a
+        :attr:`sample` below 1, only the rows whose id is in the sample are written, unless not ``sampled``
+        (the reader's malformed records: always written)."""
+        if sampled and self.sample < 1.0:
+            rows = [row for row in rows if in_reject_sample(row.get("id"), self.sample)]
         if not rows or not self.rejected_dir:
             return
         if key is None:
@@ -326,6 +332,14 @@ class StageRecorder:
                         for row in rows)
         path = storage.join(self.rejected_dir, self.stage, f"{reject_file_tag(self.attempt)}{name}.jsonl")
         storage.write_bytes(path, data)
+
+
+def in_reject_sample(doc_id: object, share: float) -> bool:
+    """Whether ``output.rejected_sample`` = ``share`` writes the drop of document ``doc_id``: a hash of the id,
+    so the choice is the same on every run, at any parallelism and batch size, and ``share`` 0.01 keeps a
+    subset of what 0.1 keeps."""
+    digest = hashlib.blake2b(str(doc_id).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < share * 2.0**64
 
 
 def send_reports(actor: StatsHandle, reports: list[Report]) -> None:

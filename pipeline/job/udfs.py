@@ -85,7 +85,7 @@ class ReadFiles:
 
     def _flush(self, key: str, docs: list[Doc], rejects: list[Doc], dropped: Counter[str], t0: float) -> pa.Table:
         size = docs_bytes(docs)
-        self.recorder.rejects(rejects, key=key)
+        self.recorder.rejects(rejects, key=key, sampled=False)  # malformed input: always set aside whole
         reports = [self.recorder.report(
             key=key, docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
             bytes_out=size, seconds=time.perf_counter() - t0,
