@@ -91,6 +91,14 @@ def apply_deepspeed(model: nn.Module, optimizer: torch.optim.Optimizer, config_p
     conf["bf16"] = {"enabled": precision == "bf16"}
     conf.pop("fp16", None)
     conf.setdefault("steps_per_print", 10**9)
+    if device.type == "cpu":
+        # DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce (deepspeed_shm_comm) when it starts: about
+        # a minute on 2 cores on every fresh machine, for a kernel only its inference all-reduce (AutoTP) calls;
+        # training reduces through the gloo group. Marked incompatible, the backend skips it (the ops module keeps
+        # this dict for the process, for such edits).
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo")  # reuses our group
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=conf)
     return engine
