@@ -318,9 +318,11 @@ class StageRecorder:
         the batch's key (as :meth:`counts`), so the same batch written twice is one file. With a
         :attr:`sample` below 1, only the rows whose id is in the sample are written, unless not ``sampled``
         (the reader's malformed records: always written)."""
+        if not self.rejected_dir:  # write_rejected: false: nothing to hash or write
+            return
         if sampled and self.sample < 1.0:
             rows = [row for row in rows if in_reject_sample(row.get("id"), self.sample)]
-        if not rows or not self.rejected_dir:
+        if not rows:
             return
         if key is None:
             key = task_key(self.stage, "rejects")
