@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipeline.nesting import TooDeep, load_yaml
 from pipeline.problems import Problem, SpecError, problems_of
 
 #: 10^15 tokens: far beyond any corpus, and exact as a float
@@ -91,9 +92,11 @@ def load_mixture_spec(path: str | Path) -> MixtureSpec:
     """A spec from a YAML or JSON file; a relative local ``path`` resolves against the file's folder."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())  # a JSON file too: YAML's superset
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem((), f"{path}: cannot read: {exc}", "spec_file")]) from None
+    except TooDeep as exc:
+        raise SpecError([Problem((), exc.at(path), "spec_file")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

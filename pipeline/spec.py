@@ -20,12 +20,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from pipeline.nesting import Loader, TooDeep, check_json
 from pipeline.problems import SPEC_FILE, Loc, Problem, SpecError, problems_of, validation_error
 from pipeline.stages import REGISTRY, stage_class
 
 #: ``documents``: a tokenmill ``documents`` output (its parts, Parquet or JSONL), read with ids and ``meta`` as
 #: they were, so a later job can act on what an earlier one annotated (``stored_filters``)
 InputFormat = Literal["auto", "jsonl", "parquet", "text", "warc", "instruction", "chat", "documents"]
+
+
+#: ``inputs[].max_record_bytes`` when a spec does not set it: a 50 MB line still passes
+DEFAULT_MAX_RECORD_BYTES = 64 << 20
 
 
 class Strict(BaseModel):
@@ -39,6 +44,10 @@ class InputSpec(Strict):
     id_field: str = "id"
     #: for format=instruction/chat: the template that renders a record (see pipeline.readers.templates)
     template: str | None = None
+    #: the most one record may cost (a JSONL line, a text file, a WARC record, a Parquet value), in bytes after
+    #: decompression: a record over it is a counted ``record_too_large`` drop, read past in bounded memory, so a
+    #: small compressed file that inflates to one huge line cannot take a worker's memory (pipeline/readers/bounded.py)
+    max_record_bytes: int = Field(DEFAULT_MAX_RECORD_BYTES, gt=0)
 
 
 class StageSpec(Strict):
@@ -60,6 +69,16 @@ class StageSpec(Strict):
             raise validation_error(type(self).__name__, [p.under("params") for p in problems_of(exc)],
                                    self.params) from None
         return self
+
+    @classmethod
+    def field_model(cls, name: str, data: dict[str, Any]) -> type[BaseModel] | None:
+        """The model that types field ``name`` of the stage entry ``data``: ``params`` is its stage's ``Params``
+        (how :mod:`pipeline.secret_fields` finds a stage's secrets in a spec's JSON); None for another field or
+        an unknown stage."""
+        stage_type = data.get("type")
+        if name != "params" or not isinstance(stage_type, str) or stage_type not in REGISTRY:
+            return None
+        return stage_class(stage_type).Params
 
     @property
     def validated(self) -> BaseModel:
@@ -164,6 +183,9 @@ class JobSpec(Strict):
         data["execution"] = {"seed": self.execution.seed}
         if self.output.rejected_sample == 1.0:  # a field added later: its default keeps earlier outputs' hashes
             del data["output"]["rejected_sample"]
+        for item in data["inputs"]:  # the same for inputs[].max_record_bytes
+            if item["max_record_bytes"] == DEFAULT_MAX_RECORD_BYTES:
+                del item["max_record_bytes"]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -207,9 +229,10 @@ def read_spec_file(path: Path) -> tuple[Any, Lines]:
     lines: Lines = {}
     try:
         if path.suffix == ".json":
+            check_json(text)
             data = json.loads(text)
         else:
-            loader = yaml.SafeLoader(text)
+            loader = Loader(text)
             try:
                 node = loader.get_single_node()
                 data = loader.construct_document(node) if node is not None else None
@@ -219,6 +242,8 @@ def read_spec_file(path: Path) -> tuple[Any, Lines]:
                 _node_lines(node, (), lines)
     except json.JSONDecodeError as exc:
         raise SpecError.one((), f"{path}:{exc.lineno}:{exc.colno}: {exc.msg}", SPEC_FILE) from None
+    except TooDeep as exc:
+        raise SpecError.one((), exc.at(path), SPEC_FILE) from None
     except yaml.YAMLError as exc:
         raise SpecError.one((), _yaml_error(path, exc), SPEC_FILE) from None
     if isinstance(data, dict):

@@ -122,7 +122,8 @@ def test_a_stranger_is_refused_on_its_headers_before_any_body_is_read(server):
     keyed = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
     codes = {what: httpx.post(f"http://127.0.0.1:{port}/v1/jobs", content=body, headers=keyed, timeout=30)
              for what, body in bodies.items()}
-    assert {what: r.status_code for what, r in codes.items()} == {"bad json": 422, "1 MiB": 413, "100k deep": 400}
+    assert {what: r.status_code for what, r in codes.items()} == {"bad json": 422, "1 MiB": 413, "100k deep": 422}
+    assert codes["100k deep"].json()["detail"][0]["type"] == "too_deep"  # refused before the parser recursed
     assert codes["1 MiB"].json() == {"detail": f"the request body is over the limit of {1 << 20} bytes"}
     assert codes["bad json"].json()["detail"][0]["type"] == "json_invalid"
     with _connect(port) as sock:  # over the limit by its Content-Length: 413 before the body, too

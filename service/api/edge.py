@@ -16,8 +16,11 @@ pure ASGI middleware (it never touches ``receive`` before the check), runs first
   ``Content-Length``, or counted while reading a chunked body) gets 413, a body not all there
   ``body_timeout_s`` after the head gets 408; both close the connection. The app then reads it from memory,
   a YAML body (``Content-Type: application/yaml``) as the JSON it means (:mod:`service.api.yaml_body`).
+- A JSON or YAML body that cannot be read, or nests deeper than :data:`pipeline.nesting.MAX_DEPTH`, is a 422
+  with its one problem (:mod:`service.api.json_body`, :mod:`service.api.yaml_body`): never a parser's
+  ``RecursionError``.
 
-Every answer here is ``{"detail": "..."}`` JSON, labelled in the latency histogram with the route's template.
+Every other answer here is ``{"detail": "..."}`` JSON, labelled in the latency histogram with the route's template.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api import yaml_body
+from service.api import json_body, yaml_body
 from service.api.deps import CHALLENGE, KEY_SCOPE, UNAUTHORIZED, require_key, resolve_key
 
 
@@ -114,13 +117,18 @@ class Edge:
                 f"the request body did not arrive within {self.body_timeout_s:g} s")
             await self._refuse(scope, send, route, body, detail)
         elif body is not None:  # None: the client left
-            if yaml_body.is_yaml(Headers(scope=scope).get("content-type")):
+            content_type = Headers(scope=scope).get("content-type")
+            if yaml_body.is_yaml(content_type):
                 converted = await run_in_threadpool(yaml_body.to_json, body)  # a parse: off the loop
                 if isinstance(converted, dict):
-                    scope["route"] = route.route
-                    await JSONResponse({"detail": [converted]}, 422)(scope, _no_body, send)
+                    await self._unreadable(scope, send, route, converted)
                     return
                 body, scope = converted, _as_json(scope, len(converted))
+            elif json_body.is_json(content_type):
+                problem = await run_in_threadpool(json_body.problem, body)
+                if problem is not None:
+                    await self._unreadable(scope, send, route, problem)
+                    return
             await self.app(scope, _replay(body, receive), send)
 
     def _match(self, scope: Scope) -> _Route | None:
@@ -146,6 +154,11 @@ class Edge:
                         return bytes(body)
         except TimeoutError:
             return 408
+
+    async def _unreadable(self, scope: Scope, send: Send, route: _Route, problem: dict[str, Any]) -> None:
+        """422: a body that is not the JSON or YAML it says, or nests deeper than the limit: the one problem."""
+        scope["route"] = route.route
+        await JSONResponse({"detail": [problem]}, 422)(scope, _no_body, send)
 
     def _too_large(self) -> str:
         return f"the request body is over the limit of {self.max_body_bytes} bytes"
