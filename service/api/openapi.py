@@ -2,7 +2,8 @@
 
 FastAPI documents what a route declares, and a 422 for one with parameters. What happens around the routes it
 does not see: the key check (401 on every route behind a key, 503 when the database does not answer it), the
-body's parsing (400: not JSON or not UTF-8), and the body's size and time limits (:mod:`service.api.edge`: 413
+body's parsing (a 422 problem, :mod:`service.api.json_body`: not JSON or YAML, not UTF-8, nested too deep), and
+the body's size and time limits (:mod:`service.api.edge`: 413
 and 408, on any request to a route that sends a body; :mod:`service.api.server`: 408 and 431 for a slow or
 large head, 503 past the connection limit). :func:`document_errors` adds those where they apply;
 gives every 422 the body the handlers send (:class:`~service.api.schemas.ProblemList`, not FastAPI's
@@ -21,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
+from pipeline.nesting import MAX_DEPTH
 from service.api.schemas import Message, ProblemList
 
 JSON = "application/json"
@@ -31,13 +33,13 @@ _PROBLEMS = {"$ref": REF.format(model="ProblemList")}
 _KEYED = (("401", "no valid API key (`Authorization: Bearer ...`)", _MESSAGE),
           ("503", "the database does not answer (retry after `Retry-After` seconds), or the process is at "
                   "`--max-connections`", _MESSAGE))
-_BODY = (("400", "the body is not JSON, or not UTF-8", _MESSAGE),)
 _EVERY = (("408", "the request's head or body did not arrive in time (`--head-timeout-s`, `--body-timeout-s`)",
            _MESSAGE),
           ("413", "the request body is over the limit (`--max-body-bytes`)", _MESSAGE),
           ("431", "the request's headers are over 32 KiB", _MESSAGE),
           ("503", "the process is at `--max-connections`", _MESSAGE))
-_INVALID = "an invalid parameter or body: one problem per field, `loc` its path"
+_INVALID = ("an invalid parameter or body: one problem per field, `loc` its path; a body that cannot be read "
+            f"(not JSON or YAML, not UTF-8, nested deeper than {MAX_DEPTH} levels) is one problem at `body`")
 #: FastAPI's 422 models, replaced by :class:`ProblemList`
 _FASTAPI_422 = ("HTTPValidationError", "ValidationError")
 
@@ -73,7 +75,6 @@ def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
                 param["schema"] = _not_null(param.get("schema", {}))
             responses = op.setdefault("responses", {})
             added = list(_KEYED) if op.get("security") else []  # first: its 503 says both reasons
-            added += _BODY if "requestBody" in op else ()
             added += _EVERY
             for code, description, body in added:
                 responses.setdefault(code, {"description": description, "content": {JSON: {"schema": body}}})
