@@ -10,7 +10,9 @@ filesystem may have changed in between). Rules:
   (``format: documents``, a dedup index);
 - for a glob or a folder, the fixed leading folders must resolve inside a root, and so must every file it
   matches now, so a symlink inside a root that points elsewhere (``/data/link -> /etc``) is refused;
-- the output folder must resolve strictly inside an output root (never the root itself).
+- the output folder must resolve strictly inside an output root (never the root itself);
+- a refusal names the path as the spec wrote it and the roots it must lie in, never where it leads (a link's
+  target, the files a glob matched through it): those lie beyond the roots, and are not the client's to learn.
 
 Roots and paths may also be object-store URIs (``s3://bucket/prefix``, :mod:`pipeline.storage`): a URI
 path must lie below a URI root of the same scheme and bucket, compared by key prefix (an object store has
@@ -29,9 +31,6 @@ from typing import Any
 from pipeline.readers.paths import expand_path
 from pipeline.stages import stage_class
 from pipeline.storage import is_remote
-
-#: at most this many offending files are named per input (the first ones are enough to fix the spec)
-MAX_NAMED = 5
 
 
 @dataclass(frozen=True)
@@ -165,13 +164,13 @@ def _check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool
     root, is_glob = _static_root(raw)
     real = _real(root)
     if not _inside(real, roots.read):
-        where = f"{root!r} resolves to {str(real)!r}, which is" if str(real) != root else f"{root!r} is"
-        return [PathProblem(loc, f"{where} outside the readable roots ({_names(roots.read)})")]
+        return [PathProblem(loc, _outside(raw, "the readable roots", roots.read, linked=str(real) != root))]
     if not expand or not (is_glob or real.is_dir()):
         return []
-    outside = [p for p in expand_path(raw) if not _inside(_real(p), roots.read)]
-    return [PathProblem(loc, f"{p!r} resolves to {str(_real(p))!r}, outside the readable roots "
-                             f"({_names(roots.read)})") for p in outside[:MAX_NAMED]]
+    if any(not _inside(_real(p), roots.read) for p in expand_path(raw)):
+        return [PathProblem(loc, f"{raw!r} matches files outside the readable roots ({_names(roots.read)}) "
+                                 "through a symbolic link; every file a job reads must lie inside them")]
+    return []
 
 
 def _check_write(loc: tuple[str | int, ...], raw: str, roots: Roots) -> list[PathProblem]:
@@ -184,6 +183,11 @@ def _check_write(loc: tuple[str | int, ...], raw: str, roots: Roots) -> list[Pat
     real = _real(raw)
     if _inside(real, roots.write, strictly=True):
         return []
-    where = f"{raw!r} resolves to {str(real)!r}, which is not" if str(real) != raw.rstrip("/") else f"{raw!r} is not"
-    return [PathProblem(loc, f"{where} inside an output root ({_names(roots.write)}; the root itself is not "
-                             "allowed)")]
+    msg = _outside(raw, "the output roots", roots.write, linked=str(real) != raw.rstrip("/"))
+    return [PathProblem(loc, f"{msg}; a root itself is not allowed")]
+
+
+def _outside(raw: str, what: str, roots: Sequence[Path], linked: bool) -> str:
+    """The path as the spec wrote it and the roots it must lie in: never where it leads (a symlink's target, the
+    files a glob matched there), which is beyond the roots and not the client's to learn."""
+    return f"{raw!r} is outside {what} ({_names(roots)}){', symbolic links followed' if linked else ''}"
