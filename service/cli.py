@@ -58,10 +58,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = parse_spec(data)
     except SpecError as exc:
         return _err(str(exc))
-    return _run(spec, verbose=args.verbose)
+    timeout = args.ray_start_timeout_s
+    if timeout is not None and not timeout > 0:
+        return _err(f"--ray-start-timeout-s: {timeout:g} is not a positive number of seconds")
+    return _run(spec, verbose=args.verbose, ray_start_timeout_s=timeout)
 
 
-def _run(spec: Any, verbose: bool = False) -> int:
+def _run(spec: Any, verbose: bool = False, ray_start_timeout_s: float | None = None) -> int:
     """Run ``spec`` with a live progress view; SIGINT/SIGTERM cancel it (exit 130), a second SIGINT exits at once.
 
     One line per failure: ``cancelled: ...`` (130), ``error: ...`` (2 for a bad spec or input, 1 for a
@@ -75,7 +78,7 @@ def _run(spec: Any, verbose: bool = False) -> int:
     from service.progress import make_renderer
 
     renderer = make_renderer(verbose=verbose)
-    job = Job(spec, on_event=renderer)
+    job = Job(spec, on_event=renderer, ray_start_timeout_s=ray_start_timeout_s)
     try:
         with renderer, cancel_on_signals(job, renderer.cancelling):
             result = job.run()
@@ -207,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--parallelism", type=int, help="workers per stage (overrides the spec)")
     r.add_argument("--address", help="Ray address of an existing cluster (overrides the spec)")
     r.add_argument("--overwrite", action="store_true", help="replace an existing shard set")
+    r.add_argument("--ray-start-timeout-s", type=float, metavar="S",
+                   help="seconds to start or join Ray, else the job fails (infra, exit 1; default 120)")
     r.add_argument("--verbose", action="store_true", help="show Ray's own logs (by default they go to the job's log)")
     r.set_defaults(func=cmd_run)
 
@@ -248,6 +253,7 @@ DELEGATES: dict[str, tuple[str, str]] = {
     "cancel": ("service.commands.cancel", "cancel a job"),
     "retry": ("service.commands.retry", "resume a failed or cancelled job"),
     "apikey": ("service.commands.apikey", "create, list or revoke API keys"),
+    "audit": ("service.commands.audit", "who did what: every mutating request and refusal (admins)"),
 }
 
 

@@ -62,14 +62,17 @@ def main_serve(argv: list[str]) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--state-dir", help="jobs' logs and events, the default SQLite file ($TOKENMILL_STATE_DIR)")
     _db_args(p)
-    p.add_argument("--root", action="append", default=[], metavar="DIR",
-                   help="a folder jobs may read and write (repeat; $TOKENMILL_ROOTS)")
+    p.add_argument("--root", action="append", default=[], metavar="[TEAM=]DIR",
+                   help="a folder jobs may read and write (repeat; $TOKENMILL_ROOTS); TEAM=DIR: one of that team's "
+                        "own roots, which its jobs use instead of the others")
     p.add_argument("--input-root", action="append", default=[], metavar="DIR", help="a folder jobs may only read")
     p.add_argument("--output-root", action="append", default=[], metavar="DIR", help="a folder jobs may write")
     p.add_argument("--max-running", type=int, help="jobs at once (default 1)")
     p.add_argument("--ray-address", help="run every job on this Ray cluster (default: a local Ray per job)")
     p.add_argument("--ray-jobs-url", help="submit every job to this Ray Jobs API, e.g. http://head:8265 "
                    "($TOKENMILL_RAY_JOBS_URL; the state dir must be shared with the head)")
+    p.add_argument("--ray-start-timeout-s", type=float, help="seconds a job has to start or join Ray, else it "
+                   "ends FAILED infra (default 120; $TOKENMILL_RAY_START_TIMEOUT_S)")
     p.add_argument("--job-cpus", type=int, help="CPUs of each job's local Ray when its spec leaves "
                    "execution.num_cpus out (default: all)")
     p.add_argument("--max-job-cpus", type=int, help="the most CPUs a spec may ask (execution.num_cpus, "
@@ -97,10 +100,15 @@ def main_serve(argv: list[str]) -> int:
     from service.api.server import uvicorn_options
 
     try:
-        settings = _settings(args, input_roots=tuple(args.root + args.input_root) or None,
-                             output_roots=tuple(args.root + args.output_root) or None,
+        from service.settings import team_root, team_roots  # lazy: see _settings
+
+        shared = [r for r in args.root if team_root(r) is None]
+        settings = _settings(args, input_roots=tuple(shared + args.input_root) or None,
+                             output_roots=tuple(shared + args.output_root) or None,
+                             team_roots=team_roots(args.root) or None,
                              max_running=args.max_running, ray_address=args.ray_address,
-                             ray_jobs_url=args.ray_jobs_url, job_cpus=args.job_cpus,
+                             ray_jobs_url=args.ray_jobs_url, ray_start_timeout_s=args.ray_start_timeout_s,
+                             job_cpus=args.job_cpus,
                              max_job_cpus=args.max_job_cpus,
                              max_body_bytes=args.max_body_bytes, public_docs=args.public_docs or None,
                              head_timeout_s=args.head_timeout_s, body_timeout_s=args.body_timeout_s,
@@ -203,7 +211,12 @@ def main_apikey(argv: list[str]) -> int:
                            help="create (prints the new key), list, or revoke a key")
     c = sub.add_parser("create", help="make a key and print it (shown only now)")
     c.add_argument("--name", required=True, help="who or what uses it")
-    lst = sub.add_parser("list", help="every key: id, state, last use, name")
+    c.add_argument("--role", choices=("admin", "member", "reader"), default="member",
+                   help="admin: everything, every team; member (default): submit and act on its team's jobs, "
+                        "schedules and mixtures; reader: read its team's (a training cluster's loader)")
+    c.add_argument("--team", default="default", help="the team whose work the key sees and acts on (default: "
+                                                     "default, the team keys made before teams belong to)")
+    lst = sub.add_parser("list", help="every key: id, state, last use, role, team, name")
     r = sub.add_parser("revoke", help="stop a key working (a server notices within $TOKENMILL_AUTH_CACHE_S)")
     r.add_argument("key_id", help="the key's id, as `tokenmill apikey list` shows it")
     for action in (c, lst, r):  # after the action too: `apikey create --state-dir svc --name me`
@@ -211,9 +224,15 @@ def main_apikey(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     # lazy: sqlalchemy and the store's models (0.3 s), only for apikey
+    from service.roles import check_team
     from service.store import repo
     from service.store.db import Database
 
+    if args.action == "create":
+        try:
+            check_team(args.team)
+        except ValueError as exc:
+            return _err(f"--team: {exc}")
     try:
         settings = _settings(args)
         db = Database(settings.db_url, schema=settings.database_schema)
@@ -221,14 +240,15 @@ def main_apikey(argv: list[str]) -> int:
         db.migrate()
         with db.session() as s:
             if args.action == "create":
-                key, token = repo.create_key(s, args.name)
+                key, token = repo.create_key(s, args.name, role=args.role, team=args.team)
                 print(token)
-                print(f"key {key.id} ({args.name}) created; it is shown only now: store it", file=sys.stderr)
+                print(f"key {key.id} ({args.name}, {key.role} of team {key.team}) created; it is shown only now: "
+                      "store it", file=sys.stderr)
             elif args.action == "list":
                 for key in repo.list_keys(s):
                     state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
                     used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"
-                    print(f"{key.id}  {state:<24} used {used:<16}  {key.name}")
+                    print(f"{key.id}  {state:<24} used {used:<16}  {key.role:<6}  {key.team:<16}  {key.name}")
             else:
                 key = repo.revoke_key(s, args.key_id)
                 print(f"key {key.id} ({key.name}) revoked")
@@ -432,6 +452,32 @@ def main_logs(argv: list[str]) -> int:
     return _run(go)
 
 
+def main_audit(argv: list[str]) -> int:
+    p = _http_parser("audit", "The audit trail, newest first: every mutating request and every refusal "
+                              "(an admin key's).")
+    p.add_argument("--team", help="only this team's keys")
+    p.add_argument("--key-id", help="only this key's")
+    p.add_argument("--outcome", choices=("ok", "refused"))
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        params = {k: v for k, v in (("team", args.team), ("key_id", args.key_id), ("outcome", args.outcome),
+                                    ("limit", args.limit)) if v is not None}
+        page = Api(args.server, args.api_key).request("GET", "/v1/audit", params=params).json()
+        if args.json:
+            print(json.dumps(page, indent=2))
+            return EXIT_OK
+        for e in page["items"]:
+            who = f"{e['key_id'] or '-'} ({e['key_name'] or '?'}, {e['role'] or '-'} of {e['team'] or '-'})"
+            why = f"  {e['detail']}" if e.get("detail") else ""
+            print(f"{e['at'][:19]}  {e['outcome']:<7} {e['status']}  {who}  {e['action']}  {e['target']}{why}")
+        return EXIT_OK
+
+    return _run(go)
+
+
 def main_follow(argv: list[str]) -> int:
     p = _http_parser("follow", "Follow a job's events to its end; exits with its outcome.")
     p.add_argument("job_id", help=JOB_ID_HELP)
@@ -486,5 +532,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["main_apikey", "main_cancel", "main_follow", "main_logs", "main_retry", "main_serve", "main_status",
-           "main_submit"]
+__all__ = ["main_apikey", "main_audit", "main_cancel", "main_follow", "main_logs", "main_retry", "main_serve",
+           "main_status", "main_submit"]

@@ -8,10 +8,12 @@ database_url              TOKENMILL_DATABASE_URL         ``sqlite:///STATE_DIR/t
 database_schema           TOKENMILL_DATABASE_SCHEMA      none (PostgreSQL only: the tables' schema)
 input_roots               TOKENMILL_INPUT_ROOTS          ``STATE_DIR/data`` (``:``-separated folders or URIs)
 output_roots              TOKENMILL_OUTPUT_ROOTS         ``STATE_DIR/data``
-(both)                    TOKENMILL_ROOTS                sets both lists at once
+(both)                    TOKENMILL_ROOTS                sets both lists at once; an entry ``TEAM=PATH`` is a
+                                                         root of that team's only (``team_roots``)
 max_running               TOKENMILL_MAX_RUNNING          1 (see ``service.runner.supervisor.RunnerConfig``)
 ray_address               TOKENMILL_RAY_ADDRESS          none: each job starts a local Ray
 ray_jobs_url              TOKENMILL_RAY_JOBS_URL         none: jobs run here (``http://head:8265``: Ray Jobs API)
+ray_start_timeout_s       TOKENMILL_RAY_START_TIMEOUT_S  120 (seconds a job has to start or join Ray, else FAILED infra)
 job_cpus                  TOKENMILL_JOB_CPUS             none: a local Ray takes every CPU
 max_job_cpus              TOKENMILL_MAX_JOB_CPUS         local Ray: the CPUs here, or job_cpus if more; cluster: none
 max_body_bytes            TOKENMILL_MAX_BODY_BYTES       1 MiB
@@ -33,8 +35,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipeline.job.events import RAY_START_TIMEOUT_S
 from pipeline.problems import Problem, validation_error
 from service.confine import Roots
+from service.roles import TEAM_RE, check_team
 
 #: a request body larger than this gets 413. A job spec is a few kilobytes (the largest in tests/ is under
 #: 2 KB); a megabyte leaves room for long stage lists while keeping a flood of bodies cheap to refuse
@@ -45,6 +49,22 @@ AUTH_CACHE_S = 10.0
 #: seconds for a request's head, then for its body: a client on a slow link sends a spec's few kilobytes in well
 #: under a second, and a stranger who stalls holds a connection (and the memory of what it sent) this long at most
 HEAD_TIMEOUT_S = BODY_TIMEOUT_S = 10.0
+
+
+def team_root(entry: str) -> tuple[str, str] | None:
+    """``(team, path)`` of a root entry ``TEAM=PATH`` (a team's own root), else None (a root of every team)."""
+    team, sep, path = entry.partition("=")
+    return (team, path) if sep and TEAM_RE.fullmatch(team) and path else None
+
+
+def team_roots(entries: list[str]) -> dict[str, tuple[str, ...]]:
+    """``{team: paths}`` of the ``TEAM=PATH`` entries among ``entries``."""
+    found: dict[str, tuple[str, ...]] = {}
+    for entry in entries:
+        parsed = team_root(entry)
+        if parsed is not None:
+            found[parsed[0]] = (*found.get(parsed[0], ()), parsed[1])
+    return found
 
 
 def machine_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
@@ -72,11 +92,16 @@ class Settings(BaseModel):
     #: folders, or object-store URIs (``s3://bucket/prefix``, kept as strings: a Path would fold the ``//``)
     input_roots: tuple[str, ...] = ()
     output_roots: tuple[str, ...] = ()
+    #: ``{team: folders or URIs}`` its jobs may read and write instead of the roots above (``--root TEAM=PATH``,
+    #: ``TOKENMILL_ROOTS=TEAM=PATH:...``); a team without any uses the roots above
+    team_roots: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     max_running: int = Field(1, ge=1)
     ray_address: str | None = None
     #: submit each job to this Ray Jobs API (the head's dashboard, ``http://head:8265``) instead of running it
     #: here: see service.runner.ray_jobs (the state folder must be shared with the head)
     ray_jobs_url: str | None = None
+    #: seconds each job has to start or join Ray, else it ends FAILED ``infra`` (see pipeline.job.tasks.start_ray)
+    ray_start_timeout_s: float = Field(RAY_START_TIMEOUT_S, gt=0)
     #: CPUs of each job's local Ray when its spec leaves ``execution.num_cpus`` out: a default, not a limit
     job_cpus: int | None = Field(None, ge=1)
     #: the most CPUs a spec may ask (``execution.num_cpus``, ``execution.parallelism``; more gets 422, see
@@ -112,6 +137,15 @@ class Settings(BaseModel):
     def _fspaths(cls, value: Any) -> Any:
         return tuple(os.fspath(v) for v in value) if isinstance(value, (list, tuple)) else value
 
+    @field_validator("team_roots", mode="before")
+    @classmethod
+    def _team_paths(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            for team in value:
+                check_team(team)
+            return {team: tuple(os.fspath(v) for v in paths) for team, paths in value.items()}
+        return value
+
     @field_validator("state_dir")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
@@ -142,19 +176,30 @@ class Settings(BaseModel):
                 f"({self.max_job_cpus})"), "above_cap")])
         return self
 
-    def roots(self) -> Roots:
+    def roots(self, team: str | None = None) -> Roots:
+        """The folders a job of ``team`` may read and write: its own roots when it has some, else the service's;
+        None (an admin, or serving what any job wrote): all of them."""
         default = (self.state_dir / "data",)
-        return Roots.of(self.input_roots or default, self.output_roots or default)
+        if team is not None and team in self.team_roots:
+            return Roots.of(self.team_roots[team], self.team_roots[team])
+        mine = Roots.of(self.input_roots or default, self.output_roots or default)
+        if team is not None or not self.team_roots:
+            return mine
+        every = [p for paths in self.team_roots.values() for p in paths]
+        return Roots.of([*(self.input_roots or default), *every], [*(self.output_roots or default), *every])
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``TOKENMILL_*`` variables; ``overrides`` (not None) win."""
         env = os.environ if environ is None else environ
 
-        def paths(name: str) -> tuple[str, ...] | None:
-            raw = env.get(name) or env.get("TOKENMILL_ROOTS")
+        def entries(raw: str | None) -> list[str]:
             # ``:``-separated, except the ``:`` of a URI's ``scheme://`` (``/data:s3://bucket/in``)
-            return tuple(p for p in re.split(r":(?!//)", raw) if p) if raw else None
+            return [p for p in re.split(r":(?!//)", raw) if p] if raw else []
+
+        def paths(name: str) -> tuple[str, ...] | None:
+            found = tuple(p for p in entries(env.get(name) or env.get("TOKENMILL_ROOTS")) if not team_root(p))
+            return found or None
 
         values: dict[str, Any] = {
             "state_dir": env.get("TOKENMILL_STATE_DIR"),
@@ -162,9 +207,11 @@ class Settings(BaseModel):
             "database_schema": env.get("TOKENMILL_DATABASE_SCHEMA"),
             "input_roots": paths("TOKENMILL_INPUT_ROOTS"),
             "output_roots": paths("TOKENMILL_OUTPUT_ROOTS"),
+            "team_roots": team_roots(entries(env.get("TOKENMILL_ROOTS"))) or None,
             "max_running": env.get("TOKENMILL_MAX_RUNNING"),
             "ray_address": env.get("TOKENMILL_RAY_ADDRESS"),
             "ray_jobs_url": env.get("TOKENMILL_RAY_JOBS_URL"),
+            "ray_start_timeout_s": env.get("TOKENMILL_RAY_START_TIMEOUT_S"),
             "job_cpus": env.get("TOKENMILL_JOB_CPUS"),
             "max_job_cpus": env.get("TOKENMILL_MAX_JOB_CPUS"),
             "max_body_bytes": env.get("TOKENMILL_MAX_BODY_BYTES"),

@@ -19,6 +19,7 @@ uninterrupted run; another spec is refused unless ``overwrite``. The driver hand
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -53,8 +54,12 @@ class Job:
     thread while curation runs); ``cancel()`` may be called from any thread or a signal handler. ``log_path``:
     the job's log, tokenmill's lines (default ``OUT/.tokenmill/job.log``); Ray's output goes to ``ray.log`` by it."""
 
-    def __init__(self, spec: JobSpec, on_event: EventSink | None = None, log_path: str | None = None):
+    def __init__(self, spec: JobSpec, on_event: EventSink | None = None, log_path: str | None = None,
+                 ray_start_timeout_s: float | None = None, owner: str | None = None):
         self.spec = spec
+        #: the team a service runs the job for: recorded in a new output's marker, and another's is refused
+        self.owner = owner
+        self.ray_start_timeout_s = ray_start_timeout_s or ev.RAY_START_TIMEOUT_S
         self.out = open_output_dir(spec.output.path)
         self._sinks = [on_event] if on_event else []
         self._cancel = threading.Event()
@@ -77,7 +82,7 @@ class Job:
         try:
             check_not_overlapping(spec.output.path, [i.path for i in spec.inputs])  # local or object store
             with self.out.lock():
-                self.out.claim(spec.output.overwrite)
+                self.out.claim(spec.output.overwrite, self.owner)
                 try:
                     return self._run_locked()
                 except BaseException:  # under the lock, Ray stopped; another spec's work is refused, not touched
@@ -101,7 +106,7 @@ class Job:
         self._events_log = JsonlLog(storage.join(str(self.out.private), EVENTS))
         job_log, ray_log = tasks.log_paths(str(self.out.path), str(self.out.private), self._log_path)
         self._sinks.append(summary.JobLog(job_log))  # tokenmill's lines; Ray's output goes to ray_log
-        started_ray = tasks.start_ray(spec, ray_log, self._emit)
+        started_ray = tasks.start_ray(spec, ray_log, self._emit, self.ray_start_timeout_s, self._give_up_on_ray)
         ray_tasks = tasks.RayTasks(lambda: self.phase)
         try:
             par = tasks.parallelism(spec.execution.parallelism)
@@ -133,6 +138,13 @@ class Job:
                 tasks.stop_ray()
             else:
                 ray_tasks.cancel()
+
+    def _give_up_on_ray(self, message: str) -> None:
+        """Ray missed its start deadline (:func:`tasks.start_ray`); this process ends next, from the watchdog
+        thread: the failure is reported as any other (``job_failed``, fsynced) and on stderr in one line."""
+        self._fail(JobError(message, "infra"))
+        with contextlib.suppress(Exception):  # a closed or broken stderr: the event is the outcome all the same
+            print(f"error: {message}", file=sys.stderr, flush=True)
 
     def _open_state(self) -> WorkState:
         """The work folder's state for this spec: a rerun continues it; another spec's is refused (or, with

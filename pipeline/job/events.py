@@ -42,6 +42,12 @@ class Event(_EventBase):
     ts: float = field(default_factory=time.time, kw_only=True)
 
 
+#: seconds a job has to start or join Ray (``ray_starting`` to ``ray_started``), else it fails ``infra``: a healthy
+#: start takes seconds (a local node on a loaded 2-core machine, under 30); an address that accepts and never
+#: answers would hold ``ray.init`` for minutes. ``tokenmill run/serve --ray-start-timeout-s``
+RAY_START_TIMEOUT_S = 120.0
+
+
 class RayStarting(Event, type="ray_starting"):
     """The job starts its Ray (a local node takes seconds) or joins a cluster: the wait before ``job_started``."""
 

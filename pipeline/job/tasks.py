@@ -21,6 +21,7 @@ from ray import ObjectRef
 
 from pipeline import storage
 from pipeline.job import events as ev
+from pipeline.job.deadline import process_deadline
 from pipeline.job.errors import JobCancelled, JobError, as_job_error, first_line
 from pipeline.job.ray_env import init_ray, ray_info, start_target
 from pipeline.spec import JobSpec
@@ -29,9 +30,14 @@ T = TypeVar("T")
 EventSink = Callable[[ev.Event], None]
 
 
-def start_ray(spec: JobSpec, log_path: str, emit: EventSink) -> bool:
+def start_ray(spec: JobSpec, log_path: str, emit: EventSink, timeout_s: float = ev.RAY_START_TIMEOUT_S,
+              give_up: Callable[[str], None] | None = None) -> bool:
     """Start or join Ray for ``spec`` (True when this call started it), Ray's output to ``log_path``; ``emit``
     gets ``ray_starting`` before and ``ray_started`` once it is up (the seconds between are Ray's own start).
+
+    Ray that is not up within ``timeout_s`` (an address that accepts and never answers holds ``ray.init`` for
+    minutes, deaf to signals) ends the process (:func:`pipeline.job.deadline.process_deadline`) after
+    ``give_up`` got the one line that says so ("could not start or join Ray at ADDRESS within 60 s"), to report.
 
     Whatever Ray's start raises is an ``infra`` failure, one line: nothing answering at the address
     (``ConnectionError``), ``TimeoutError``, a local node that timed out during startup or whose GCS or raylet
@@ -43,8 +49,11 @@ def start_ray(spec: JobSpec, log_path: str, emit: EventSink) -> bool:
     target = start_target(ex.address)
     emit(ev.RayStarting(address=target, num_cpus=ex.num_cpus if target == "local" else None))
     t0 = time.perf_counter()
+    late = (f"could not start a local Ray node within {timeout_s:g} s" if target == "local" else
+            f"could not start or join Ray at {target} within {timeout_s:g} s")
     try:
-        own = init_ray(ex.address, ex.num_cpus, log_path=log_path)
+        with process_deadline(timeout_s, lambda: give_up(late) if give_up else None):
+            own = init_ray(ex.address, ex.num_cpus, log_path=log_path)
     except SystemExit as exc:
         if exc.code not in (signal.SIGTERM, signal.SIGINT):
             raise

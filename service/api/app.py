@@ -35,11 +35,12 @@ from starlette.routing import Match, Route
 
 from pipeline.problems import NO_MATCH, from_pydantic
 from service.admission import Refused, beside_schema
+from service.api.audit import Audit, mark_hidden
 from service.api.deps import require_key
 from service.api.edge import Edge
 from service.api.keycache import KeyCache
 from service.api.openapi import install as install_openapi
-from service.api.routers import artifacts, dashboard, health, jobs, metrics, mixtures, schedules
+from service.api.routers import artifacts, audit, dashboard, health, jobs, metrics, mixtures, schedules
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.schedules.scheduler import Scheduler
 from service.settings import Settings
@@ -72,7 +73,8 @@ def freeze_gc() -> None:
 def runner_config(settings: Settings) -> RunnerConfig:
     return RunnerConfig(state_dir=settings.state_dir, max_running=settings.max_running,
                         ray_address=settings.ray_address, ray_jobs_url=settings.ray_jobs_url,
-                        job_cpus=settings.job_cpus, roots=settings.roots(),
+                        ray_start_timeout_s=settings.ray_start_timeout_s, job_cpus=settings.job_cpus,
+                        roots=settings.roots(),
                         max_lost=settings.max_lost, cancel_grace_s=settings.cancel_grace_s, poll_s=settings.poll_s)
 
 
@@ -122,11 +124,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the key before the body, then the body bounded in size and time (inside the latency middleware: timed too)
     app.add_middleware(Edge, routes=app.router.routes, max_body_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s)
+    app.add_middleware(Audit)  # outside the edge: its 401s are audited too
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(artifacts.router)  # a job's and a version's files: what trainers stream
     app.include_router(schedules.router)
     app.include_router(mixtures.router)  # pinned blends of jobs and versions (issue 25)
+    app.include_router(audit.router)  # who did what, and every refusal (issue 37)
     metrics.install(app)  # /metrics and the HTTP latency middleware
     app.include_router(dashboard.router)  # the page at /
     if not public:
@@ -184,6 +188,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(repo.NotFound)
     async def not_found(request: Request, exc: repo.NotFound) -> JSONResponse:
+        if isinstance(exc, repo.Hidden):  # another team's: answered as unknown, audited as what it was
+            mark_hidden(request.scope)
         return JSONResponse({"detail": str(exc)}, status.HTTP_404_NOT_FOUND)
 
     @app.exception_handler(repo.Conflict)

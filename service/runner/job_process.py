@@ -2,7 +2,8 @@
 
 The supervisor starts it in a new session with stdout and stderr going to ``DIR/job.log``; it never
 touches the database. It reads ``DIR/run.json`` (the spec, with the service's Ray address, and the roots
-its paths must stay in), checks the spec again (the files may have changed since it was accepted), runs
+its paths must stay in; the spec's secrets from ``DIR/secrets.json``, only the service's user's: :func:`write_run`),
+checks the spec again (the files may have changed since it was accepted), runs
 the job engine (which starts a local Ray, or joins the configured cluster, writes its own lines to the same
 log and routes Ray's output to ``DIR/ray.log``) and appends every engine event to ``DIR/events.jsonl``, the
 terminal one fsynced, so the supervisor (this service or a restarted one) learns the outcome from the file,
@@ -24,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pipeline import secret_fields
 from pipeline.job import events as ev
 from pipeline.job.engine import Job
 from pipeline.job.errors import JobCancelled, JobError
@@ -31,10 +33,13 @@ from pipeline.job.signals import cancel_on_signals
 from pipeline.job.state import JsonlLog
 from pipeline.preflight import problems as preflight_problems
 from pipeline.spec import SpecError, parse_spec
+from service import ownership
 from service.confine import Roots
 from service.confine import problems as path_problems
 
 RUN_FILE = "run.json"
+#: the values of the spec's secrets, which ``run.json`` shows as ``<redacted>`` (:func:`write_run`)
+SECRETS_FILE = "secrets.json"
 EVENTS_FILE = "events.jsonl"
 LOG_FILE = "job.log"
 #: Ray's own output (its core's lines, its loggers, Ray Data's): beside LOG_FILE, never in it
@@ -61,6 +66,33 @@ class EventFile:
         self._log.close()
 
 
+def write_run(run_dir: Path, run: dict[str, Any]) -> None:
+    """Write the attempt's ``run.json``, its spec's secrets (the PII ``salt``) ``<redacted>``, and their values
+    in ``secrets.json``, created with mode 0600 (``O_CREAT | O_EXCL``: never readable by others, not even
+    between a write and a chmod), which :func:`read_run` puts back. The service's user, who runs the job
+    process (and, through the Ray Jobs API, the driver on the shared folder: the same uid in both images),
+    is the only one who reads them; ``run.json`` stays as readable as the attempt's log, for whoever looks into
+    what an attempt ran. The database keeps the real spec: every attempt (a retry, a resume) writes its own."""
+    values = secret_fields.secrets_of(run["spec"])
+    if values:
+        path = run_dir / SECRETS_FILE
+        path.unlink(missing_ok=True)  # a file left there (by anyone) is never reused: ours is created 0600
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+            json.dump(secret_fields.to_json(values), f)
+    shown = {**run, "spec": secret_fields.redact(run["spec"])}
+    (run_dir / RUN_FILE).write_text(json.dumps(shown, indent=1), encoding="utf-8")
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` with its spec's secrets put back from ``secrets.json`` (:func:`write_run`)."""
+    run: dict[str, Any] = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    path = run_dir / SECRETS_FILE
+    if path.exists():
+        values = secret_fields.from_json(json.loads(path.read_text(encoding="utf-8")))
+        run["spec"] = secret_fields.restore(run["spec"], values)
+    return run
+
+
 def admit(run: dict[str, Any]) -> Any:
     """The run's spec, checked as the API checked it: schema, roots, files. Raises ``AdmissionError``."""
     try:
@@ -71,6 +103,10 @@ def admit(run: dict[str, Any]) -> Any:
         refused = path_problems(spec, Roots.from_json(run["roots"]))
         if refused:
             raise AdmissionError("\n".join(str(p) for p in refused), "validation")
+    if run.get("team") is not None:  # its output folder is still its team's (the engine's claim checks again)
+        foreign = ownership.problems(spec, writer=run["team"], reader=None)
+        if foreign:
+            raise AdmissionError("\n".join(map(str, foreign)), "validation")
     found = preflight_problems(spec)
     if found:
         raise AdmissionError("\n".join(map(str, found)), "input")
@@ -86,14 +122,15 @@ class AdmissionError(ValueError):
 def run_attempt(run_dir: Path) -> int:
     sink = EventFile(run_dir / EVENTS_FILE)
     try:
-        run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        run = read_run(run_dir)
         print(f"tokenmill job {run.get('job_id')} attempt {run.get('attempt')}: pid {os.getpid()}", flush=True)
         try:
             spec = admit(run)
         except AdmissionError as exc:
             sink(ev.JobFailed(category=exc.category, message=str(exc)))  # type: ignore[arg-type]
             return EXIT_USAGE
-        job = Job(spec, on_event=sink, log_path=str(run_dir / LOG_FILE))  # Ray's: RAY_LOG_FILE beside it
+        job = Job(spec, on_event=sink, log_path=str(run_dir / LOG_FILE),  # Ray's: RAY_LOG_FILE beside it
+                  ray_start_timeout_s=run.get("ray_start_timeout_s"), owner=run.get("team"))
         with cancel_on_signals(job):
             try:
                 job.run()

@@ -38,9 +38,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from pipeline.job.events import RAY_START_TIMEOUT_S
 from service.confine import Roots
 from service.runner import process
-from service.runner.job_process import EVENTS_FILE, LOG_FILE, RUN_FILE
+from service.runner.job_process import EVENTS_FILE, LOG_FILE, write_run
 from service.runner.leader import LeaderLoop
 from service.runner.ray_jobs import RayJobs
 from service.runner.summary import fold_all, with_stats
@@ -67,6 +68,8 @@ class RunnerConfig:
     #: the Ray Jobs API (``http://head:8265``): each attempt is submitted there, its driver runs on the cluster
     #: (:mod:`service.runner.ray_jobs`); None: each attempt is a local process (:class:`process.LocalProcesses`)
     ray_jobs_url: str | None = None
+    #: seconds each job process has to start or join Ray (``run.json``'s ``ray_start_timeout_s``)
+    ray_start_timeout_s: float = RAY_START_TIMEOUT_S
     #: CPUs of each job's local Ray node when its spec leaves ``execution.num_cpus`` out
     job_cpus: int | None = None
     roots: Roots | None = None
@@ -251,12 +254,13 @@ class Supervisor(LeaderLoop):
                 job, att = repo.start_attempt(s, job_id, run_dir=self.config.run_dir, host=self.host)
             except repo.Conflict:  # cancelled in the meantime
                 return
-            run = {"job_id": job.id, "attempt": att.number, "spec": self._spec_for_run(job.spec),
-                   "roots": self.config.roots.to_json() if self.config.roots else None}
+            run = {"job_id": job.id, "attempt": att.number, "team": job.team, "spec": self._spec_for_run(job.spec),
+                   "roots": self.config.roots.to_json() if self.config.roots else None,
+                   "ray_start_timeout_s": self.config.ray_start_timeout_s}
             run_dir, number = Path(att.run_dir), att.number
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / RUN_FILE).write_text(json.dumps(run, indent=1), encoding="utf-8")
+            write_run(run_dir, run)  # the spec's secrets in a file of their own, 0600
             ref = self.executor.launch(job_id, number, run_dir)
         except OSError as exc:
             with self.db.session() as s:
