@@ -19,15 +19,18 @@ from pydantic import BaseModel, ValidationError
 from pipeline import storage
 from pipeline.problems import NO_MATCH, PREFLIGHT, ParamError, Problem, SpecError
 from pipeline.readers import expand_inputs
+from pipeline.secret_fields import placeholder_problems
 from pipeline.spec import InputSpec, JobSpec, StageSpec, TokenizerSpec, parse_spec, read_spec_file, with_lines
 from pipeline.stages import StageContext, stage_class
 
 
 def problems(spec: JobSpec) -> list[Problem]:
     """Every problem found, each at its field: an input that matches no file (kind :data:`NO_MATCH`), a
-    stage's ``preflight`` refusal, a missing tokenizer file."""
-    return _file_problems(spec.name, spec.output.path, enumerate(spec.inputs), enumerate(spec.stages),
-                          spec.tokenizer)
+    stage's ``preflight`` refusal, a missing tokenizer file; and a secret that is only the ``<redacted>`` a
+    response showed (:func:`pipeline.secret_fields.placeholder_problems`), checked here, where every runner
+    checks a spec before it starts, since the schema lets it through for a schedule's update to keep its value."""
+    return placeholder_problems(spec.model_dump(mode="json")) + _file_problems(
+        spec.name, spec.output.path, enumerate(spec.inputs), enumerate(spec.stages), spec.tokenizer)
 
 
 def readable_problems(data: Any) -> list[Problem]:

@@ -50,6 +50,10 @@ class InputSpec(Strict):
     max_record_bytes: int = Field(DEFAULT_MAX_RECORD_BYTES, gt=0)
 
 
+#: a model class (``type`` is a field of :class:`StageSpec`: not usable in an annotation there)
+ModelType = type[BaseModel]
+
+
 class StageSpec(Strict):
     type: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -71,7 +75,7 @@ class StageSpec(Strict):
         return self
 
     @classmethod
-    def field_model(cls, name: str, data: dict[str, Any]) -> type[BaseModel] | None:
+    def field_model(cls, name: str, data: dict[str, Any]) -> ModelType | None:
         """The model that types field ``name`` of the stage entry ``data``: ``params`` is its stage's ``Params``
         (how :mod:`pipeline.secret_fields` finds a stage's secrets in a spec's JSON); None for another field or
         an unknown stage."""

@@ -276,6 +276,42 @@ def test_cancel_retry_and_unknown_jobs(api):
     assert client.delete(f"/v1/jobs/{job_id}", headers=headers).status_code == 405
 
 
+#: a PII salt: the secret of a ``hash`` action (issue 37)
+SALT = "pepper-0123456789-abcdef"
+
+
+def _pii_spec(root: Path, salt: str = SALT, **extra) -> dict:
+    return _spec(root, stages=[{"type": "normalize"}, {"type": "pii", "params": {
+        "salt": salt, "actions": {"EMAIL_ADDRESS": "hash"}}}], **extra)
+
+
+def test_a_secret_never_comes_back_from_the_api_and_the_store_keeps_its_value(api):
+    """Issue 37: the PII salt is ``<redacted>`` in every response that shows a spec; the database keeps it; a spec
+    that still holds the placeholder is refused at the field, and a refused salt is not echoed."""
+    client, headers, root = api
+    r = _submit(client, headers, _pii_spec(root))
+    assert r.status_code == 201 and SALT not in r.text
+    job_id = r.json()["id"]
+    detail = client.get(f"/v1/jobs/{job_id}", headers=headers)
+    assert detail.json()["spec"]["stages"][1]["params"]["salt"] == "<redacted>" and SALT not in detail.text
+    assert detail.json()["spec"]["stages"][1]["params"]["actions"] == {"EMAIL_ADDRESS": "hash"}
+    listed = client.get("/v1/jobs", headers=headers)
+    assert [j["id"] for j in listed.json()["items"]] == [job_id] and SALT not in listed.text
+    for route in ("cancel", "retry"):
+        assert SALT not in client.post(f"/v1/jobs/{job_id}/{route}", headers=headers).text
+    with client.app.state.db.read() as s:
+        assert repo.get_job(s, job_id).spec["stages"][1]["params"]["salt"] == SALT  # what a run will use
+
+    # a spec copied from a response: the placeholder is no salt (nothing is stored to stand for)
+    r = _submit(client, headers, detail.json()["spec"])
+    assert r.status_code == 422 and [p["loc"] for p in r.json()["detail"]] == [
+        ["body", "stages", 1, "params", "salt"]] and "<redacted>" in r.json()["detail"][0]["msg"]
+    short = "pepper-short"  # under 16 bytes: refused, and not echoed
+    r = _submit(client, headers, _pii_spec(root, salt=short, out="o2"))
+    assert r.status_code == 422 and short not in r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "stages", 1, "params", "salt"]
+
+
 def _sse(text: str) -> list[dict]:
     out = []
     for block in text.strip().split("\n\n"):
@@ -621,6 +657,52 @@ def test_a_restarted_supervisor_reattaches_to_a_live_job_process(supervised, tmp
     notes = [e.data["message"] for e in _events(db, job_id) if e.type == "log"]
     assert notes == [f"re-attached to the job process (pid {pid}) of attempt 1"]
     assert _attempts(db, job_id) == [(1, "cancelled", None)]  # not its parent: the outcome came from its events
+
+
+def test_the_run_folder_holds_no_secret_in_clear_and_the_job_process_reads_it_back(supervised, tmp_path,
+                                                                                    monkeypatch):
+    """Issue 37: ``run.json`` holds the spec with its secrets ``<redacted>``; their values are in a ``secrets.json``
+    only the service's user can read (0600), from which the job process puts them back; a retry's run gets the
+    stored value again."""
+    from service.runner import job_process
+
+    db, make, _ = supervised
+    root = tmp_path / "data"
+    (root / "in").mkdir(parents=True)
+    (root / "in" / "a.jsonl").write_text('{"id": "a", "text": "mail me at a@example.com"}\n')
+    spec = _pii_spec(root, name="bad_input")  # the stand-in job's behaviour: fails, to be retried
+    with db.session() as s:
+        job_id = repo.create_job(s, spec, name="bad_input", spec_hash="h" * 64, output_path=str(root / "out"))[0].id
+    sup = make()
+    sup.start()
+    _wait(lambda: _state(db, job_id) == "FAILED", what="the first attempt")
+    with db.session() as s:
+        repo.retry_job(s, job_id)
+    _wait(lambda: _state(db, job_id) == "FAILED" and len(_attempts(db, job_id)) == 2, what="the retry")
+
+    class Engine:  # the engine where Ray would start: keeps the spec the job process hands it
+        seen: list[JobSpec] = []
+
+        def __init__(self, spec, on_event, log_path, **_):
+            Engine.seen.append(spec)
+
+        def cancel(self) -> None:
+            pass
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr(job_process, "Job", Engine)
+    for number in (1, 2):
+        run_dir = tmp_path / "state" / "jobs" / job_id / f"attempt-{number}"
+        run = json.loads((run_dir / "run.json").read_text())
+        assert SALT not in (run_dir / "run.json").read_text()
+        assert run["spec"]["stages"][1]["params"]["salt"] == "<redacted>"
+        assert (run_dir / "secrets.json").stat().st_mode & 0o777 == 0o600
+        assert job_process.run_attempt(run_dir) == 0
+        assert Engine.seen[-1].stage_params(1).salt == SALT  # type: ignore[attr-defined]
+        for name in ("job.log", "events.jsonl"):
+            assert SALT not in (run_dir / name).read_text(), name
 
 
 def _events(db: Database, job_id: str):

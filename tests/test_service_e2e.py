@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,8 @@ import httpx
 import pytest
 
 from pipeline.shard_format import sha256_file
+from pipeline.stages import stage_class
+from pipeline.stages.base import StageContext, run_batch
 from service.runner import process
 from service.store import repo
 from service.store.db import Database
@@ -50,19 +53,32 @@ ROOT = Path(__file__).resolve().parent.parent
 def _corpus(folder: Path, n_docs: int = 1000) -> None:
     rng = random.Random(7)
     docs = [{"id": f"d{i}", "text": make_text(rng, rng.choice([8, 30, 90, 200]))} for i in range(n_docs)]
+    for i in range(0, n_docs, EMAIL_EVERY):  # PII for the pii stage to hash with the secret salt
+        docs[i]["text"] += f" Write to {_email(i)} today."
     docs += [dict(docs[i], id=f"copy{i}") for i in range(0, n_docs, 50)]  # 20 exact duplicates
     write_jsonl(folder / "a.jsonl", docs[: len(docs) // 2])
     write_jsonl(folder / "b.jsonl", docs[len(docs) // 2:])
+
+
+#: the pii stage's secret (issue 37): used for the hashes, never shown nor written outside the service's store
+SALT = "e2e-salt-7f3a9c0b1d2e4f56"
+EMAIL_EVERY = 100
+
+
+def _email(i: int) -> str:
+    return f"user{i}@example.com"
 
 
 def _spec(root: Path, out: str) -> dict:
     return {
         "name": "service-e2e",
         "inputs": [{"path": str(root / "in" / "*.jsonl")}],
-        "stages": [{"type": "normalize"}, {"type": "exact_dedup"}],
+        "stages": [{"type": "normalize"},
+                   {"type": "pii", "params": {"salt": SALT, "actions": {"EMAIL_ADDRESS": "hash"}}},
+                   {"type": "exact_dedup"}],
         "tokenizer": {"train": {"vocab_size": 400, "sample_docs": 500}},
         "packing": {"seq_len": 128, "range_docs": 100},
-        "output": {"path": str(root / out), "samples_per_shard": 16},
+        "output": {"path": str(root / out), "samples_per_shard": 16, "documents": "jsonl"},
         "execution": {"parallelism": 1, "batch_size": 64},
     }
 
@@ -124,6 +140,30 @@ def service(tmp_path_factory):
     kill_all(processes_naming(str(svc.state)))  # job processes
     kill_all(processes_naming(ray_tmp))  # and their Ray
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _salt_hashes(emails: list[str]) -> set[str]:
+    """The tokens the pii stage writes for ``emails`` with the real salt (computed here, not by the job)."""
+    cls = stage_class("pii")
+    stage = cls(cls.Params(salt=SALT, actions={"EMAIL_ADDRESS": "hash"}), StageContext("t", "out", 0, "work"))
+    docs = [{"id": str(i), "text": f"Write to {e} today.", "meta": {}} for i, e in enumerate(emails)]
+    return {re.search(r"<EMAIL_ADDRESS:[0-9a-f]+>", d["text"]).group(0) for d in run_batch(stage, docs).kept}
+
+
+def _no_salt_in_clear(svc: Service, ray_tmp: str) -> None:
+    """The salt is in no file the service, its jobs or their Ray wrote (logs, events, run folders, outputs, cards,
+    stats) but the database and each attempt's ``secrets.json``, which only the service's user may read."""
+    kept = []
+    for top in (svc.tmp, Path(ray_tmp)):
+        for path in top.rglob("*"):
+            if path.is_symlink() or not path.is_file():
+                continue
+            if path.name == "secrets.json":
+                assert path.stat().st_mode & 0o777 == 0o600, path
+                kept.append(path)
+            elif not path.name.startswith("tokenmill.db"):
+                assert SALT.encode() not in path.read_bytes(), path
+    assert kept, "no attempt kept its secrets apart"
 
 
 def _tree(out: Path) -> dict[str, str]:
@@ -202,6 +242,18 @@ def test_submit_and_follow_to_success_with_the_jobs_figures(service, reference):
     assert job["timings"]["total"] == stats["seconds"]["total"] > 0
     assert [(a["number"], a["outcome"], a["exit_code"]) for a in job["attempts"]] == [(1, "succeeded", 0)]
     assert "attempt 1" in client.get(f"/v1/jobs/{job_id}/logs").text  # the job process's own log
+
+    # the salt (issue 37): hashed with its real value, shown nowhere (responses, events, logs, files)
+    assert job["spec"]["stages"][1]["params"]["salt"] == "<redacted>"
+    texts = "\n".join(json.loads(line)["text"] for part in sorted((out / "documents").glob("*.jsonl"))
+                      for line in part.read_text().splitlines())
+    assert "@example.com" not in texts
+    assert set(re.findall(r"<EMAIL_ADDRESS:[0-9a-f]+>", texts)) == _salt_hashes(
+        [_email(i) for i in range(0, 1000, EMAIL_EVERY)])
+    for text in (json.dumps(events), client.get(f"/v1/jobs/{job_id}/logs").text, json.dumps(job),
+                 client.get("/v1/jobs").text):
+        assert SALT not in text
+    _no_salt_in_clear(svc, svc.ray_tmp)
     again = client.post("/v1/jobs", json=_spec(svc.root, "reference"), headers={"Idempotency-Key": "ref"})
     assert (again.status_code, again.json()["id"]) == (200, job_id)
 
@@ -285,3 +337,6 @@ def test_cancel_retry_and_a_service_sigkill_end_byte_identical(service, referenc
     states = [e["state"] for e in events if e["event"] == "state"]
     assert states == ["QUEUED", "RUNNING", "QUEUED", "RUNNING", "CANCELLING", "CANCELLED", "QUEUED", "RUNNING",
                       "SUCCEEDED"], states
+    # every attempt had the real salt (the same shards as the reference), none wrote it in clear (issue 37)
+    assert SALT not in json.dumps(events) and SALT not in client.get(f"/v1/jobs/{job_id}").text
+    _no_salt_in_clear(svc, svc.ray_tmp)

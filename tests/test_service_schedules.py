@@ -21,6 +21,7 @@ the third run reads every file and publishes only the new documents, with the fi
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import secrets
@@ -235,6 +236,55 @@ def test_pause_resume_update_and_delete(api):
     assert client.delete(f"/v1/schedules/{sid}", headers=headers).status_code == 204
     assert client.get(f"/v1/schedules/{sid}", headers=headers).status_code == 404
     assert client.get(f"/v1/schedules/{sid}/runs", headers=headers).status_code == 404
+
+
+def test_a_schedules_secret_is_redacted_kept_across_a_patch_and_used_by_its_runs(api):
+    """Issue 37: the PII salt is ``<redacted>`` in every schedule response; a PATCH that sends the spec back with
+    ``<redacted>`` keeps the stored salt, one with a new salt replaces it; a run's job gets the real one."""
+    client, headers, root, app = api
+    write_jsonl(root / "in" / "a.jsonl", _docs("a", 3, 0))
+    salt, new_salt = "schedule-salt-0123456789", "another-salt-9876543210"
+    spec = _spec(root, stages=[{"type": "pii", "params": {"salt": salt, "actions": {"EMAIL_ADDRESS": "hash"}}},
+                               {"type": "exact_dedup"}])
+
+    def stored() -> str:
+        with app.state.db.read() as s:
+            return repo.get_schedule(s, sid).spec["stages"][0]["params"]["salt"]
+
+    r = client.post("/v1/schedules", json={"cron": "0 3 * * *", "spec": spec}, headers=headers)
+    assert r.status_code == 201 and salt not in r.text
+    sid = r.json()["id"]
+    got = client.get(f"/v1/schedules/{sid}", headers=headers)
+    assert got.json()["spec"]["stages"][0]["params"]["salt"] == "<redacted>" and salt not in got.text
+    assert salt not in client.get("/v1/schedules", headers=headers).text
+    assert stored() == salt
+
+    sent = got.json()["spec"] | {"packing": {"seq_len": 32, "range_docs": 100}}  # GET, change, PATCH
+    r = client.patch(f"/v1/schedules/{sid}", json={"spec": sent}, headers=headers)
+    assert r.status_code == 200, r.text
+    shown = r.json()["spec"]
+    assert shown["stages"][0]["params"]["salt"] == "<redacted>" and shown["packing"]["seq_len"] == 32
+    assert stored() == salt
+    moved = json.loads(json.dumps(sent))
+    moved["stages"] = moved["stages"][::-1]  # the placeholder where no salt is stored: nothing to keep
+    r = client.patch(f"/v1/schedules/{sid}", json={"spec": moved}, headers=headers)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "spec", "stages", 1, "params", "salt"]
+    for bad in ({"cron": "0 3 * * *", "spec": sent}, {"cron": "0 3 * * *", "spec": spec | {"stages": [
+            {"type": "pii", "params": {"salt": "short", "actions": {"EMAIL_ADDRESS": "hash"}}}]}}):
+        r = client.post("/v1/schedules", json=bad, headers=headers)  # nothing stored to keep; a refused one not echoed
+        assert r.status_code == 422 and "short" not in r.text, r.text
+    sent["stages"][0]["params"]["salt"] = new_salt
+    r = client.patch(f"/v1/schedules/{sid}", json={"spec": sent}, headers=headers)
+    assert r.status_code == 200 and new_salt not in r.text and stored() == new_salt
+
+    clock = Clock(_at(r.json()["next_fire_times"][0]) + timedelta(seconds=2))
+    Scheduler(app.state.db, app.state.settings, clock=clock).tick()
+    run = _runs(client, headers, sid)[0]
+    assert run["state"] == "running" and new_salt not in json.dumps(run)
+    job = client.get(f"/v1/jobs/{run['job_id']}", headers=headers)
+    assert job.json()["spec"]["stages"][0]["params"]["salt"] == "<redacted>" and new_salt not in job.text
+    with app.state.db.read() as s:
+        assert repo.get_job(s, run["job_id"]).spec["stages"][0]["params"]["salt"] == new_salt  # what the run uses
 
 
 # ---- fingerprints and the run's spec ----------------------------------------------------------------------

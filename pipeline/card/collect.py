@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from pipeline import storage
+from pipeline import secret_fields, storage
 from pipeline.card.profile import log2_bin
 
 CARD = "CARD.md"
@@ -26,8 +26,6 @@ SPEC = "spec.yaml"
 #: rejected records read per stage for the dropped documents' lengths
 SAMPLE_PER_STAGE = 500
 SAMPLE_BYTES = 8 << 20
-#: what a spec's parameters never show in a published card
-SECRET_KEYS = frozenset({"salt"})
 
 
 def _read_json(folder: str, name: str) -> Any:
@@ -101,20 +99,11 @@ class CardData:
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def redact(value: Any) -> Any:
-    """``value`` with every secret parameter (a PII ``salt``) replaced."""
-    if isinstance(value, dict):
-        return {k: ("<redacted>" if k in SECRET_KEYS and v else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
-
-
 def spec_for_card(spec_json: dict[str, Any]) -> dict[str, Any]:
-    """The spec as ``card/spec.yaml`` holds it: secrets redacted, ``output.path`` made ``rebuilt`` (relative to
-    ``card/``, so rebuilding never writes over this output) and no ``overwrite``: the same for every output
-    folder the spec was run into."""
-    spec = redact(json.loads(json.dumps(spec_json)))
+    """The spec as ``card/spec.yaml`` holds it: secrets redacted (:mod:`pipeline.secret_fields`), ``output.path``
+    made ``rebuilt`` (relative to ``card/``, so rebuilding never writes over this output) and no ``overwrite``:
+    the same for every output folder the spec was run into."""
+    spec = secret_fields.redact(spec_json)
     out = dict(spec.get("output") or {})
     out["path"], out["overwrite"] = "rebuilt", False
     out.pop("card_compare", None)

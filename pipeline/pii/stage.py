@@ -34,6 +34,7 @@ from pipeline.documents import Doc, Drop
 from pipeline.pii.prefilter import GATES
 from pipeline.pii.spacy_path import check_pipeline
 from pipeline.problems import ParamError
+from pipeline.secret_fields import REDACTED, Secret
 from pipeline.stages.base import Stage, StageParams
 
 Action = Literal["placeholder", "hash", "keep"]
@@ -53,8 +54,9 @@ class PiiParams(StageParams):
     #: action per entity type; types not listed get ``default_action``
     actions: dict[str, Action] = Field(default_factory=dict)
     default_action: Action = "placeholder"
-    #: secret for ``hash`` (at least 16 bytes, Presidio's rule for its hash operator)
-    salt: str = ""
+    #: secret for ``hash`` (at least 16 bytes, Presidio's rule for its hash operator); never shown
+    #: (:mod:`pipeline.secret_fields`)
+    salt: Secret = ""
     #: hex digits of the hash kept in the token (8 = 32 bits: a first collision expected after about 90,000
     #: distinct values of one type)
     hash_chars: int = Field(8, ge=4, le=64)
@@ -81,7 +83,8 @@ class PiiParams(StageParams):
         if unknown := sorted(set(self.actions) - known):
             raise ParamError("actions", f"unknown entity types {unknown}")
         uses_hash = self.default_action == "hash" or "hash" in self.actions.values()
-        if uses_hash and len(self.salt.encode()) < 16:
+        # REDACTED: a spec sent back as a response showed it, for the stored value (secret_fields.keep_stored)
+        if uses_hash and self.salt != REDACTED and len(self.salt.encode()) < 16:
             raise ParamError("salt", "the hash action needs a secret salt of at least 16 bytes")
         return self
 

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 from sqlalchemy.engine import Row
 
+from pipeline import secret_fields
 from pipeline.spec import JobSpec
 from service.admission import NUL_MESSAGE
 from service.schedules.cron import MACROS, check_cron, check_timezone, upcoming
@@ -66,6 +67,9 @@ def _iso_time(value: Any) -> Any:
 
 
 Time = Annotated[datetime, BeforeValidator(_iso_time)]
+#: a job spec as every response shows it: each secret field ``<redacted>`` (:mod:`pipeline.secret_fields`); the
+#: one place a spec leaves the API
+ShownSpec = Annotated[dict[str, Any], AfterValidator(secret_fields.redact)]
 #: a string of a request: no U+0000, refused alike on every store
 Text = Annotated[str, AfterValidator(no_nul), Field(json_schema_extra={"pattern": NUL_FREE})]
 
@@ -91,6 +95,7 @@ class JobOut(BaseModel):
     state: JobState
     attempt: int = Field(description="number of the latest attempt (0: not started yet)")
     output_path: str
+    team: str = Field(description="the submitting key's team: who may see and act on the job")
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None = None
@@ -169,7 +174,7 @@ class JobDetail(JobOut):
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase, and total")
     resumed_phases: list[str] = Field(default_factory=list, description="phases the latest attempt skipped")
     attempts: list[AttemptOut] = Field(default_factory=list)
-    spec: dict[str, Any]
+    spec: ShownSpec
 
     @classmethod
     def of_job(cls, job: Job | Row[Any], attempts: Sequence[Attempt | AttemptRow]) -> JobDetail:
@@ -246,7 +251,8 @@ def _base(job: Job | Row[Any]) -> dict[str, Any]:
     if job.state in (JobState.FAILED, JobState.CANCELLED) and job.failure_category:
         error = ErrorInfo(category=job.failure_category, message=job.error_message)
     return {"id": job.id, "name": job.name, "state": JobState(job.state), "attempt": job.attempt,
-            "output_path": job.output_path, "created_at": job.created_at, "updated_at": job.updated_at,
+            "output_path": job.output_path, "team": job.team, "created_at": job.created_at,
+            "updated_at": job.updated_at,
             "started_at": job.started_at, "finished_at": job.finished_at, "error": error}
 
 
@@ -339,6 +345,7 @@ class ScheduleOut(BaseModel):
     overlap: Overlap
     paused: bool
     output_path: str
+    team: str
     next_fire_at: datetime | None
     next_fire_times: list[datetime] = Field(description="the next slots (none while paused)")
     pending_fire_at: datetime | None = Field(None, description="buffer_one: a slot waiting for the running run")
@@ -346,12 +353,13 @@ class ScheduleOut(BaseModel):
     last_run: ScheduleRunOut | None
     created_at: datetime
     updated_at: datetime
-    spec: dict[str, Any]
+    spec: ShownSpec
 
     @classmethod
     def of(cls, sched: Schedule, latest: int | None, last_run: ScheduleRun | None) -> ScheduleOut:
         return cls(id=sched.id, name=sched.name, cron=sched.cron, timezone=sched.timezone, overlap=sched.overlap,
-                   paused=sched.paused, output_path=sched.output_path, next_fire_at=sched.next_fire_at,
+                   paused=sched.paused, output_path=sched.output_path, team=sched.team,
+                   next_fire_at=sched.next_fire_at,
                    next_fire_times=upcoming(sched.cron, sched.timezone, sched.next_fire_at),
                    pending_fire_at=sched.pending_fire_at, latest_version=latest,
                    last_run=ScheduleRunOut.of(last_run) if last_run is not None else None,
