@@ -4,7 +4,7 @@ before): documents, tokens, languages and drop reasons side by side."""
 from __future__ import annotations
 
 from pipeline.card.collect import CardData
-from pipeline.card.markdown import table
+from pipeline.card.markdown import escape, table
 
 
 def _name(path: str) -> str:
@@ -25,7 +25,8 @@ def compare_section(this: CardData, other: CardData, other_path: str) -> str:
     for reason in sorted(set(a) | set(b)):
         rows.append(row(f"dropped {reason}", a.get(reason, 0), b.get(reason, 0)))
     name = _name(other_path)
-    return "\n".join([f"## Compared with {name}", "", f"`{name}` ({other.name}) before, this output now:", "",
+    return "\n".join([f"## Compared with {escape(name)}", "", f"{escape(name)} ({escape(other.name)}) before, this "
+                      "output now:", "",
                       table(["", name, "this", "change"], rows)])
 
 

@@ -1,7 +1,14 @@
-"""``CARD.md``'s text: YAML front matter in the Hugging Face dataset-card format, then the sections."""
+"""``CARD.md``'s text: YAML front matter in the Hugging Face dataset-card format, then the sections.
+
+Every value shown from data or from a spec (a job's name, language codes, source paths, drop reasons, stage
+parameters, benchmark items) goes through :func:`escape`: a record whose ``lang`` is ``<script>...`` is text
+in the card, never markup a renderer (the Hub, GitHub, any CommonMark one) would run or follow. The front matter
+holds the values as YAML data; the spec's YAML is a fenced block no value can close (:func:`fenced`).
+"""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,6 +21,11 @@ from pipeline.card.collect import CARD_DIR, SPEC, CardData
 SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
          (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
 _ISO = re.compile(r"^[a-z]{2,3}(_[A-Z][a-z]{3})?$")
+#: what Markdown reads as markup inside a line: backslash-escaped (``_`` between two letters or digits cannot
+#: start or end emphasis, so ``EMAIL_ADDRESS`` stays as written); ``<``, ``>``, ``&`` and quotes become HTML
+#: entities, which every Markdown renderer and HTML read as text
+_MARKUP = re.compile(r"[\\`*\[\]#|~]|_(?!(?<=[^\W_]_)[^\W_])")
+_LINE_BREAKS = re.compile(r"[\r\n]+")
 
 
 def size_category(n: int) -> str:
@@ -38,13 +50,23 @@ def front_matter(d: CardData) -> dict[str, Any]:
     return meta
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(v: Any) -> str:
-        text = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
-        return text.replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+def escape(value: Any) -> str:
+    """``value`` as Markdown text that renders as itself, on one line (a table cell's ``|`` escaped too); an
+    ``int`` with thousands separators."""
+    text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    return html.escape(_MARKUP.sub(r"\\\g<0>", _LINE_BREAKS.sub(" ", text)))
+
+
+def table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(escape(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def fenced(text: str, info: str) -> str:
+    """``text`` as a fenced code block whose fence is longer than any run of backticks in it: none can end it."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return f"{fence}{info}\n{text}\n{fence}"
 
 
 def figure(name: str, alt: str) -> str:
@@ -54,7 +76,7 @@ def figure(name: str, alt: str) -> str:
 def render(d: CardData, figures: Sequence[str], extra: Sequence[str] = ()) -> str:
     """The whole card; ``figures`` are the names written into ``card/``, ``extra`` more sections (a comparison)."""
     out = ["---", yaml.safe_dump(front_matter(d), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-           f"# {d.name}", "", "Written by tokenmill from what the job recorded (`stats.json`, `manifest.json`, "
+           f"# {escape(d.name)}", "", "Written by tokenmill from what the job recorded (`stats.json`, `manifest.json`, "
            "`card/spec.yaml`, a sample of `rejected/`). `tokenmill card OUT` rebuilds it.", ""]
     for section in (_sources, _pipeline, _funnel, _languages, _lengths, _tokens, _pii, _contamination, _tokenizer):
         text = section(d, figures)
@@ -78,7 +100,7 @@ def _sources(d: CardData, figs: Sequence[str]) -> str:
 
 def _pipeline(d: CardData, figs: Sequence[str]) -> str:
     if d.spec is None:
-        return "## Pipeline\n\nStages: " + ", ".join(f"`{s['stage']}`" for s in d.stages)
+        return "## Pipeline\n\nStages: " + ", ".join(escape(s["stage"]) for s in d.stages)
     def params(s: dict[str, Any]) -> str:
         return yaml.safe_dump(s.get("params") or {}, default_flow_style=True, width=10 ** 6).strip()
     rows = [[i + 1, s.get("type"), params(s)] for i, s in enumerate(d.spec.get("stages") or [])]
@@ -170,7 +192,8 @@ def _tokenizer(d: CardData, figs: Sequence[str]) -> str:
              f"{r['sample_words'] / r['sample_tokens']:.3f}"] for code, r in langs.items() if r.get("sample_tokens")]
     every = (d.profile or {}).get("sample_every", 8)
     vocab = f"{d.vocab_size:,}" if d.vocab_size else "?"
-    parts = ["## Tokenizer", "", f"Vocabulary: {vocab} tokens; sha256 `{(d.manifest or {}).get('tokenizer_hash')}`."]
+    sha = escape((d.manifest or {}).get("tokenizer_hash"))
+    parts = ["## Tokenizer", "", f"Vocabulary: {vocab} tokens; sha256 {sha}."]
     if rows:
         parts += ["", f"Efficiency on a sample of the kept documents (one in {every}, by position; words split at "
                   "whitespace):", "", table(["language", "documents", "bytes / token", "words / token"], rows)]
@@ -181,6 +204,6 @@ def _rebuild(d: CardData) -> str:
     if d.spec is None:
         return "## Rebuild\n\nThis output predates `card/spec.yaml`: its spec was not recorded."
     return "\n".join(["## Rebuild", "", f"The spec is `{CARD_DIR}/{SPEC}` (secrets redacted; `output.path` is "
-                      "`rebuilt`, relative to that folder; input paths as the job read them):", "", "```yaml",
-                      yaml.safe_dump(d.spec, sort_keys=False, allow_unicode=True).rstrip(), "```", "", "```bash",
-                      f"tokenmill run {CARD_DIR}/{SPEC}", "```"])
+                      "`rebuilt`, relative to that folder; input paths as the job read them):", "",
+                      fenced(yaml.safe_dump(d.spec, sort_keys=False, allow_unicode=True).rstrip(), "yaml"), "",
+                      fenced(f"tokenmill run {CARD_DIR}/{SPEC}", "bash")])
