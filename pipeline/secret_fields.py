@@ -17,7 +17,7 @@ where it runs is refused (:func:`placeholder_problems`).
 
 from __future__ import annotations
 
-import json
+import functools
 import types
 from collections.abc import Iterator
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -84,11 +84,15 @@ def from_json(data: Any) -> dict[Loc, str]:
 
 
 def _replace(spec: dict[str, Any], values: dict[Loc, str]) -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(json.dumps(spec))
+    """A copy of ``spec`` with ``values`` at their paths: the mappings and lists on each path copied, the rest
+    shared (every response redacts a spec: no deep copy of all of it)."""
+    out = dict(spec)
     for loc, value in values.items():
         parent: Any = out
         for part in loc[:-1]:
-            parent = parent[part]
+            child = parent[part]
+            parent[part] = child = dict(child) if isinstance(child, dict) else list(child)
+            parent = child
         parent[loc[-1]] = value
     return out
 
@@ -96,20 +100,20 @@ def _replace(spec: dict[str, Any], values: dict[Loc, str]) -> dict[str, Any]:
 def _walk(data: Any, annotation: Any, loc: Loc) -> Iterator[tuple[Loc, dict[str, Any], str]]:
     """``(path, mapping, key)`` of each secret under ``data`` that holds a non-empty string, ``data`` typed by
     ``annotation``; a part of another shape than its type is skipped (a stored spec is not validated again)."""
+    if not _may_hold(annotation):
+        return
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         if not isinstance(data, dict):
             return
-        for name, field in annotation.model_fields.items():
-            key = field.alias or name
+        typed = getattr(annotation, "field_model", None)
+        for name, key, secret, sub in _fields(annotation):
             if key not in data:
                 continue
-            if is_secret(field):
+            if secret:
                 if isinstance(data[key], str) and data[key]:
                     yield (*loc, key), data, key
                 continue
-            typed = getattr(annotation, "field_model", None)
-            sub = typed(name, data) if typed is not None else None
-            yield from _walk(data[key], sub or field.annotation, (*loc, key))
+            yield from _walk(data[key], (typed(name, data) if typed is not None else None) or sub, (*loc, key))
         return
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated:
@@ -128,3 +132,29 @@ def _walk(data: Any, annotation: Any, loc: Loc) -> Iterator[tuple[Loc, dict[str,
     elif origin is dict and isinstance(data, dict) and len(args) == 2:
         for k, v in data.items():
             yield from _walk(v, args[1], (*loc, k))
+
+
+@functools.cache
+def _fields(model: type[BaseModel]) -> tuple[tuple[str, str, bool, Any], ...]:
+    """``(name, key, secret, annotation)`` of each field of ``model`` that is or may hold a secret (each one, for
+    a model that types a field by its data)."""
+    dynamic = hasattr(model, "field_model")
+    return tuple((name, f.alias or name, is_secret(f), f.annotation) for name, f in model.model_fields.items()
+                 if dynamic or is_secret(f) or _may_hold(f.annotation))
+
+
+@functools.cache
+def _may_hold_cached(annotation: Any) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return hasattr(annotation, "field_model") or any(
+            is_secret(f) or _may_hold(f.annotation) for f in annotation.model_fields.values())
+    return any(_may_hold(arg) for arg in get_args(annotation) if arg is not Ellipsis)
+
+
+def _may_hold(annotation: Any) -> bool:
+    """Whether a value of type ``annotation`` may hold a secret (a model typing a field by its data, a stage entry,
+    may): the walk skips the rest of a spec (inputs, output, tokenizer...), since every API response walks one."""
+    try:
+        return _may_hold_cached(annotation)
+    except TypeError:  # an annotation that cannot be a cache key
+        return True

@@ -103,7 +103,7 @@ def spec_for_card(spec_json: dict[str, Any]) -> dict[str, Any]:
     """The spec as ``card/spec.yaml`` holds it: secrets redacted (:mod:`pipeline.secret_fields`), ``output.path``
     made ``rebuilt`` (relative to ``card/``, so rebuilding never writes over this output) and no ``overwrite``:
     the same for every output folder the spec was run into."""
-    spec = secret_fields.redact(spec_json)
+    spec = dict(secret_fields.redact(spec_json))
     out = dict(spec.get("output") or {})
     out["path"], out["overwrite"] = "rebuilt", False
     out.pop("card_compare", None)
