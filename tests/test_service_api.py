@@ -758,7 +758,7 @@ def test_the_job_process_checks_the_spec_again_and_always_reports_its_end(tmp_pa
     class Engine:  # what pipeline.job.engine.Job does at these points, without Ray
         raises: BaseException = SystemExit(signal.SIGTERM)
 
-        def __init__(self, spec, on_event, log_path):
+        def __init__(self, spec, on_event, log_path, **_):
             self.phase = None
 
         def cancel(self) -> None:

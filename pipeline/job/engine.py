@@ -19,6 +19,7 @@ uninterrupted run; another spec is refused unless ``overwrite``. The driver hand
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -55,8 +56,13 @@ class Job:
     the job's log, tokenmill's lines (default ``OUT/.tokenmill/job.log``); Ray's output goes to ``ray.log`` by it."""
 
     def __init__(self, spec: JobSpec, on_event: EventSink | None = None, log_path: str | None = None,
-                 ray_start_timeout_s: float | None = None, owner: str | None = None):
+                 ray_start_timeout_s: float | None = None, owner: str | None = None,
+                 may_publish: Callable[[], bool] | None = None):
         self.spec = spec
+        #: asked before the commit (the service's decision, service.runner.publish); False: a cancel came first
+        self.may_publish = may_publish
+        self._decision = threading.RLock()  # RLock: a signal handler may run cancel() while this thread holds it
+        self._publishing = False
         #: the team a service runs the job for: recorded in a new output's marker, and another's is refused
         self.owner = owner
         self.ray_start_timeout_s = ray_start_timeout_s or ev.RAY_START_TIMEOUT_S
@@ -69,8 +75,14 @@ class Job:
         self._state: WorkState | None = None
         self.phase: str | None = None
 
-    def cancel(self) -> None:
-        self._cancel.set()
+    def cancel(self) -> bool:
+        """Ask the job to stop; False (and ignored) once it publishes: cancel and publish are one decision
+        (:meth:`_publish`), so a cancelled job has published nothing and a publishing one ends done."""
+        with self._decision:
+            if self._publishing:
+                return False
+            self._cancel.set()
+            return True
 
     @property
     def cancelled(self) -> bool:
@@ -126,7 +138,7 @@ class Job:
                                       written_from_json)
             self._enter("finalize")
             t0 = time.perf_counter()
-            stats, manifest = finalize.run(ctx, state, curated, written, t_start, self.out.commit)
+            stats, manifest = finalize.run(ctx, state, curated, written, t_start, self._publish)
             self._emit(ev.PhaseChanged(phase="finalize", state="finished", seconds=round(time.perf_counter() - t0, 3)))
             self._emit(ev.JobFinished(output=str(self.out.path), shards=stats.output.shards,
                                       samples=stats.output.samples, tokens=stats.output.tokens,
@@ -138,6 +150,19 @@ class Job:
                 tasks.stop_ray()
             else:
                 ray_tasks.cancel()
+
+    def _publish(self) -> None:
+        """The commit, decided against a cancel once: the service's answer first (``may_publish``: refused when a
+        cancel was accepted), then this process's own flag, under the lock :meth:`cancel` takes. From then on a
+        cancel is ignored (it would leave a CANCELLED job whose output is published)."""
+        pause_for_tests("publish")
+        if self.may_publish is not None and not self.may_publish():
+            raise JobCancelled("cancelled before publishing")
+        with self._decision:
+            self._check_cancel()
+            self._publishing = True
+        self.out.commit()
+        pause_for_tests("published")
 
     def _give_up_on_ray(self, message: str) -> None:
         """Ray missed its start deadline (:func:`tasks.start_ray`); this process ends next, from the watchdog
@@ -202,6 +227,20 @@ class Job:
         with contextlib.suppress(Exception):  # reporting must not hide the failure
             self._emit(ev.JobFailed(category=exc.category, message=str(exc), phase=self.phase), final=True)
         return exc
+
+
+#: a test hook (tests/test_cancel_publish.py): ``POINT:FILE`` makes the job wait at POINT (``publish``: before it
+#: publishes; ``published``: after its commit, before it reports) until FILE exists, ``FILE.waiting`` saying it waits
+TEST_PAUSE_ENV = "TOKENMILL_TEST_PAUSE"
+
+
+def pause_for_tests(point: str) -> None:
+    at, _, path = os.environ.get(TEST_PAUSE_ENV, "").partition(":")
+    if at != point or not path:
+        return
+    Path(f"{path}.waiting").touch()
+    while not os.path.exists(path):
+        time.sleep(0.05)
 
 
 def run_job(spec: JobSpec, on_event: EventSink | None = None) -> JobResult:

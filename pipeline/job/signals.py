@@ -18,14 +18,16 @@ EXIT_CANCELLED = 130
 class Cancellable(Protocol):
     """What a signal stops: a :class:`pipeline.job.engine.Job`."""
 
-    def cancel(self) -> None: ...
+    def cancel(self) -> bool | None:
+        """Ask it to stop; False: too late (it publishes its output), the signal is ignored."""
 
 
 @contextlib.contextmanager
 def cancel_on_signals(job: Cancellable, on_cancel: Callable[[], None] | None = None) -> Iterator[None]:
     """The first SIGINT or SIGTERM asks ``job`` to cancel (it stops within seconds and publishes nothing) and
     interrupts whatever the driver is blocked in (a dedup stage's ``ray.get``, Ray Data's iterator): the engine
-    turns that KeyboardInterrupt into JobCancelled. A second signal exits at once with 130. The previous
+    turns that KeyboardInterrupt into JobCancelled; once the job publishes (its ``cancel()`` says False) the
+    signal is ignored. A second signal exits at once with 130. The previous
     handlers come back afterwards; off the main thread (where signals cannot be caught) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -38,7 +40,8 @@ def cancel_on_signals(job: Cancellable, on_cancel: Callable[[], None] | None = N
         if count > 1:
             os.write(sys.stderr.fileno(), b"cancelled: stopped at once (second signal)\n")
             os._exit(EXIT_CANCELLED)
-        job.cancel()
+        if job.cancel() is False:  # publishing: cancel and publish are one decision, taken already
+            return
         if on_cancel is not None:
             on_cancel()
         raise KeyboardInterrupt

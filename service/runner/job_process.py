@@ -10,7 +10,9 @@ terminal one fsynced, so the supervisor (this service or a restarted one) learns
 even when it is not this process's parent and cannot read its exit code.
 
 SIGTERM (the supervisor's cancel) or SIGINT cancels: the engine cancels its Ray work, publishes nothing
-and reports ``job_failed`` with category ``cancelled``; a second signal exits at once. Exit codes follow
+and reports ``job_failed`` with category ``cancelled``; a second signal exits at once. Before it publishes, the
+job process asks the supervisor (:mod:`service.runner.publish`): cancel and publish are one decision, the
+database's; once granted, a signal no longer cancels. Exit codes follow
 ``tokenmill run``: 0 done, 1 a failure of the program or the machine, 2 a bad spec or input, 130 cancelled.
 """
 
@@ -36,6 +38,7 @@ from pipeline.spec import SpecError, parse_spec
 from service import ownership
 from service.confine import Roots
 from service.confine import problems as path_problems
+from service.runner import publish
 
 RUN_FILE = "run.json"
 #: the values of the spec's secrets, which ``run.json`` shows as ``<redacted>`` (:func:`write_run`)
@@ -130,7 +133,8 @@ def run_attempt(run_dir: Path) -> int:
             sink(ev.JobFailed(category=exc.category, message=str(exc)))  # type: ignore[arg-type]
             return EXIT_USAGE
         job = Job(spec, on_event=sink, log_path=str(run_dir / LOG_FILE),  # Ray's: RAY_LOG_FILE beside it
-                  ray_start_timeout_s=run.get("ray_start_timeout_s"), owner=run.get("team"))
+                  ray_start_timeout_s=run.get("ray_start_timeout_s"), owner=run.get("team"),
+                  may_publish=lambda: publish.ask(run_dir))  # the supervisor decides: service.runner.publish
         with cancel_on_signals(job):
             try:
                 job.run()

@@ -10,7 +10,9 @@ wakes it) a tick does:
    them into the job's summary, deliver a cancel (SIGTERM once, SIGKILL to its session after
    ``cancel_grace_s``), and when the process is gone kill what is left of its session (its local Ray
    node: :func:`process.kill_session`) and decide the outcome from its terminal event:
-   ``job_finished`` -> SUCCEEDED, ``job_failed`` -> FAILED(category) or CANCELLED. A process that died
+   ``job_finished`` -> SUCCEEDED, ``job_failed`` -> FAILED(category) or CANCELLED; and answer a job process
+   that asks to publish its output, under the job's row lock: refused once a cancel was accepted, else granted,
+   after which a cancel is a 409 (:mod:`service.runner.publish`, the contract). A process that died
    without one (SIGKILL, a crash, the machine) is *lost*: the job goes back to the front of the queue and
    its next attempt resumes the output's work (finished phases and shards kept), up to ``max_lost``
    times in a row; a job being cancelled becomes CANCELLED.
@@ -40,7 +42,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.job.events import RAY_START_TIMEOUT_S
 from service.confine import Roots
-from service.runner import process
+from service.runner import process, publish
 from service.runner.job_process import EVENTS_FILE, LOG_FILE, write_run
 from service.runner.leader import LeaderLoop
 from service.runner.ray_jobs import RayJobs
@@ -103,6 +105,7 @@ class Supervisor(LeaderLoop):
         self.config = config
         self.executor = config.executor()
         self._known: set[tuple[str, int]] = set()  # attempts this supervisor has seen (to note a re-attach once)
+        self._answers: dict[str, bool] = {}  # run folder -> may it publish, decided in the transaction being made
         self.host = socket.gethostname()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -123,6 +126,9 @@ class Supervisor(LeaderLoop):
         for job_id in ids:
             while self._reconcile_job(job_id):
                 pass
+            for run_dir, granted in self._answers.items():  # once the decisions are committed
+                publish.answer(run_dir, granted)
+            self._answers.clear()
 
     def _reconcile_job(self, job_id: str) -> bool:
         """One step for one active job; True when there is more to do at once (a long events file)."""
@@ -140,6 +146,8 @@ class Supervisor(LeaderLoop):
             if alive:
                 if job.state == JobState.CANCELLING:
                     self._deliver_cancel(att)
+                if publish.pending(att.run_dir):  # cancel or publish: decided here, under the row lock
+                    self._answers[att.run_dir] = repo.claim_publish(s, job, att.number)
                 return more
             if more:
                 return True  # the whole file first: the outcome is its last line

@@ -28,10 +28,12 @@ from service import auth
 from service.store.models import (
     ACTIVE,
     CONSUMED,
+    DEFAULT_TEAM,
     TERMINAL,
     TRANSITIONS,
     ApiKey,
     Attempt,
+    AuditEntry,
     Job,
     JobEvent,
     JobState,
@@ -49,6 +51,20 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 class NotFound(LookupError):
     pass
+
+
+class Hidden(NotFound):
+    """Another team's row, answered as an unknown one (the same message): see :mod:`service.api.access`."""
+
+
+def owned(row: Any, team: str | None, missing: NotFound) -> Any:
+    """``row`` when it exists and ``team`` (None: any team) owns it; else ``missing``, or :class:`Hidden` with
+    its message for another team's row."""
+    if row is None:
+        raise missing
+    if team is not None and row.team != team:
+        raise Hidden(str(missing))
+    return row
 
 
 class Conflict(RuntimeError):
@@ -87,7 +103,8 @@ def request_hash(spec: dict[str, Any]) -> str:
 
 
 def create_job(s: Session, spec: dict[str, Any], *, name: str, spec_hash: str, output_path: str,
-               idempotency_key: str | None = None, api_key_id: str | None = None) -> tuple[Job, bool]:
+               idempotency_key: str | None = None, api_key_id: str | None = None,
+               team: str = DEFAULT_TEAM) -> tuple[Job, bool]:
     """A new QUEUED job, or ``(existing, False)`` when this key (per API key) was used before with the same spec."""
     digest = request_hash(spec)
     scoped = _scoped(idempotency_key, api_key_id)
@@ -97,7 +114,7 @@ def create_job(s: Session, spec: dict[str, Any], *, name: str, spec_hash: str, o
             return existing, False
     job = Job(id=secrets.token_hex(8), name=name, state=JobState.QUEUED, spec=spec, spec_hash=spec_hash,
               output_path=output_path, idempotency_key=scoped, request_hash=digest, api_key_id=api_key_id,
-              attempt=0, cancel_requested=False, summary={}, event_seq=0)
+              team=team, attempt=0, cancel_requested=False, summary={}, event_seq=0)
     try:
         with s.begin_nested():  # a concurrent request with the same key: the unique index decides
             s.add(job)
@@ -132,11 +149,10 @@ def _by_idempotency(s: Session, scoped: str, digest: str) -> Job | None:
     return job
 
 
-def get_job(s: Session, job_id: str) -> Job:
+def get_job(s: Session, job_id: str, team: str | None = None) -> Job:
+    """The job; :class:`NotFound` when unknown or (``team`` given) another team's."""
     job = s.scalars(select(Job).where(Job.id == job_id)).one_or_none()
-    if job is None:
-        raise NotFound(f"no job {job_id!r}")
-    return job
+    return owned(job, team, NotFound(f"no job {job_id!r}"))
 
 
 class AttemptRow(BaseModel):
@@ -156,7 +172,8 @@ _ATTEMPT_COLUMNS = tuple(AttemptRow.model_fields)
 
 
 _STATUS_JOB = (Job.id, Job.name, Job.state, Job.attempt, Job.output_path, Job.created_at, Job.updated_at,
-               Job.started_at, Job.finished_at, Job.failure_category, Job.error_message, Job.summary, Job.spec)
+               Job.started_at, Job.finished_at, Job.failure_category, Job.error_message, Job.summary, Job.spec,
+               Job.team)
 #: built once (building a statement costs about as much CPU as running it on SQLite) and polled: the job's
 #: columns and its attempts', one row per attempt, in one statement (so one snapshot on any store)
 _JOB_STATUS = (select(*_STATUS_JOB, *(getattr(Attempt, f).label(f"attempt_{f}") for f in _ATTEMPT_COLUMNS))
@@ -164,33 +181,33 @@ _JOB_STATUS = (select(*_STATUS_JOB, *(getattr(Attempt, f).label(f"attempt_{f}") 
                .order_by(Attempt.number))
 
 
-def job_status(conn: Connection | Session, job_id: str) -> tuple[Row[Any], list[AttemptRow]]:
+def job_status(conn: Connection | Session, job_id: str,
+               team: str | None = None) -> tuple[Row[Any], list[AttemptRow]]:
     """What ``GET /v1/jobs/{id}`` shows: the job's row (``.id``, ``.state``, ``.summary``, ``.spec``, ... as on
     :class:`Job`) and its attempts, oldest first. Columns, not ORM objects: a poll reads this many times a
     second and the ORM's identity map and instance loading would cost more than the query."""
     rows = conn.execute(_JOB_STATUS, {"job_id": job_id}).all()
-    if not rows:
-        raise NotFound(f"no job {job_id!r}")
+    owned(rows[0] if rows else None, team, NotFound(f"no job {job_id!r}"))
     n = len(_STATUS_JOB)
     # the columns come typed from the database: no validation
     return rows[0], [AttemptRow.model_construct(**dict(zip(_ATTEMPT_COLUMNS, r[n:], strict=True)))
                      for r in rows if r[n] is not None]
 
 
-def lock_job(s: Session, job_id: str) -> Job:
+def lock_job(s: Session, job_id: str, team: str | None = None) -> Job:
     """The job's row, locked for this transaction and re-read (never a stale copy from the session)."""
     stmt = select(Job).where(Job.id == job_id).with_for_update().execution_options(populate_existing=True)
-    job = s.scalars(stmt).one_or_none()
-    if job is None:
-        raise NotFound(f"no job {job_id!r}")
-    return job
+    return owned(s.scalars(stmt).one_or_none(), team, NotFound(f"no job {job_id!r}"))
 
 
 def list_jobs(s: Session, *, states: Iterable[str] = (), name: str | None = None,
               created_after: datetime | None = None, created_before: datetime | None = None,
-              before_seq: int | None = None, limit: int = 50) -> list[Job]:
-    """Newest first; ``before_seq`` is the cursor (the ``seq`` of the last job of the previous page)."""
+              before_seq: int | None = None, limit: int = 50, team: str | None = None) -> list[Job]:
+    """Newest first; ``before_seq`` is the cursor (the ``seq`` of the last job of the previous page); ``team``:
+    that team's only."""
     stmt = select(Job).order_by(Job.seq.desc()).limit(limit)
+    if team is not None:
+        stmt = stmt.where(Job.team == team)
     states = list(states)
     if states:
         stmt = stmt.where(Job.state.in_(states))
@@ -225,14 +242,17 @@ def transition(s: Session, job: Job, to: JobState, *, category: str | None = Non
     _state_event(s, job, category=category if to == JobState.FAILED else None, message=message)
 
 
-def cancel_job(s: Session, job_id: str) -> Job:
+def cancel_job(s: Session, job_id: str, team: str | None = None) -> Job:
     """QUEUED -> CANCELLED at once; RUNNING -> CANCELLING (the supervisor signals the process); a job
     already cancelling is left as it is; a finished one is a :class:`Conflict`."""
-    job = lock_job(s, job_id)
+    job = lock_job(s, job_id, team)
     state = JobState(job.state)
     if state == JobState.QUEUED:
         transition(s, job, JobState.CANCELLED, message="cancelled before it started")
     elif state == JobState.RUNNING:
+        if publishing(s, job):  # the one decision between cancel and publish (service.runner.publish)
+            raise Conflict(f"job {job.id} is publishing its output: too late to cancel (it ends SUCCEEDED, "
+                           "or FAILED if the publish fails)")
         job.cancel_requested = True
         transition(s, job, JobState.CANCELLING)
     elif state != JobState.CANCELLING:
@@ -240,9 +260,25 @@ def cancel_job(s: Session, job_id: str) -> Job:
     return job
 
 
-def retry_job(s: Session, job_id: str) -> Job:
+def claim_publish(s: Session, job: Job, attempt: int) -> bool:
+    """Whether attempt ``attempt`` of the locked ``job`` may publish its output (:mod:`service.runner.publish`):
+    not once a cancel was accepted; else the claim is recorded (a ``publishing`` event), after which
+    :func:`cancel_job` refuses. Asked again (the answer was lost), the same answer."""
+    if job.cancel_requested or JobState(job.state) != JobState.RUNNING or job.attempt != attempt:
+        return False
+    if not publishing(s, job):
+        append_events(s, job, attempt, [{"type": "publishing", "ts": time.time(), "source": "service"}])
+    return True
+
+
+def publishing(s: Session, job: Job) -> bool:
+    """Whether the job's current attempt was allowed to publish (:func:`claim_publish`)."""
+    return last_event(s, job.id, job.attempt, ("publishing",)) is not None
+
+
+def retry_job(s: Session, job_id: str, team: str | None = None) -> Job:
     """FAILED or CANCELLED -> QUEUED, behind the jobs queued now; its next attempt resumes the output's work."""
-    job = lock_job(s, job_id)
+    job = lock_job(s, job_id, team)
     if JobState(job.state) not in (JobState.FAILED, JobState.CANCELLED):
         raise Conflict(f"job {job.id} is {job.state}; only a FAILED or CANCELLED job can be retried")
     job.cancel_requested = False
@@ -250,6 +286,13 @@ def retry_job(s: Session, job_id: str) -> Job:
     job.queued_at = utcnow()
     transition(s, job, JobState.QUEUED, message="retried")
     return job
+
+
+def writing_into(s: Session, output_path: str, *, other_than: str) -> bool:
+    """Whether a queued or running job of another team than ``other_than`` writes into ``output_path``."""
+    stmt = select(Job.id).where(Job.output_path == output_path, Job.team != other_than,
+                                Job.state.not_in([str(x) for x in TERMINAL])).limit(1)
+    return s.scalar(stmt) is not None
 
 
 def queued_jobs(s: Session, limit: int = 100) -> Sequence[Job]:
@@ -337,10 +380,11 @@ def _state_event(s: Session, job: Job, *, category: str | None = None, message: 
 # ---- API keys --------------------------------------------------------------------------------------------
 
 
-def create_key(s: Session, name: str) -> tuple[ApiKey, str]:
-    """A new key and its token (shown once: only its hash is kept)."""
+def create_key(s: Session, name: str, role: str = "member", team: str = DEFAULT_TEAM) -> tuple[ApiKey, str]:
+    """A new key of ``role`` in ``team`` (:mod:`service.api.access`) and its token (shown once: only its hash is
+    kept)."""
     new = auth.generate()
-    key = ApiKey(id=new.id, name=name, secret_hash=new.secret_hash)
+    key = ApiKey(id=new.id, name=name, secret_hash=new.secret_hash, role=role, team=team)
     s.add(key)
     s.flush()
     return key, new.token
@@ -396,9 +440,9 @@ def touch_key(s: Session, key_id: str) -> None:
 
 def create_schedule(s: Session, *, name: str, cron: str, timezone: str, overlap: str, paused: bool,
                     spec: dict[str, Any], output_path: str, next_fire_at: datetime | None,
-                    api_key_id: str | None = None) -> Schedule:
+                    api_key_id: str | None = None, team: str = DEFAULT_TEAM) -> Schedule:
     sched = Schedule(id=secrets.token_hex(8), name=name, cron=cron, timezone=timezone, overlap=overlap,
-                     paused=paused, spec=spec, output_path=output_path, api_key_id=api_key_id,
+                     paused=paused, spec=spec, output_path=output_path, api_key_id=api_key_id, team=team,
                      next_fire_at=None if paused else next_fire_at, pending_fire_at=None, run_seq=0)
     try:
         with s.begin_nested():  # two schedules on one folder: the unique index decides
@@ -409,32 +453,36 @@ def create_schedule(s: Session, *, name: str, cron: str, timezone: str, overlap:
     return sched
 
 
-def get_schedule(s: Session, schedule_id: str) -> Schedule:
+def get_schedule(s: Session, schedule_id: str, team: str | None = None) -> Schedule:
     sched = s.get(Schedule, schedule_id)
     if sched is None:
-        raise _no_schedule(s, schedule_id)
-    return sched
+        raise _no_schedule(s, schedule_id, team)
+    return owned(sched, team, NotFound(f"no schedule {schedule_id!r}"))
 
 
-def _no_schedule(s: Session, schedule_id: str) -> NotFound:
-    """The 404 of an unknown schedule; a deleted one's says where its versions are still served."""
-    if s.scalar(select(RetiredVersion.id).where(RetiredVersion.schedule_id == schedule_id).limit(1)) is not None:
+def _no_schedule(s: Session, schedule_id: str, team: str | None = None) -> NotFound:
+    """The 404 of an unknown schedule; a deleted one's says where its versions are still served (to its team)."""
+    stmt = select(RetiredVersion.id).where(RetiredVersion.schedule_id == schedule_id)
+    if team is not None:
+        stmt = stmt.where(RetiredVersion.team == team)
+    if s.scalar(stmt.limit(1)) is not None:
         return NotFound(f"schedule {schedule_id!r} was deleted; its published versions are still served at "
                         f"/v1/schedules/{schedule_id}/versions")
     return NotFound(f"no schedule {schedule_id!r}")
 
 
-def lock_schedule(s: Session, schedule_id: str) -> Schedule:
+def lock_schedule(s: Session, schedule_id: str, team: str | None = None) -> Schedule:
     stmt = (select(Schedule).where(Schedule.id == schedule_id).with_for_update()
             .execution_options(populate_existing=True))
     sched = s.scalars(stmt).one_or_none()
     if sched is None:
-        raise _no_schedule(s, schedule_id)
-    return sched
+        raise _no_schedule(s, schedule_id, team)
+    return owned(sched, team, NotFound(f"no schedule {schedule_id!r}"))
 
 
-def list_schedules(s: Session, limit: int = 500) -> Sequence[Schedule]:
-    return s.scalars(select(Schedule).order_by(Schedule.created_at, Schedule.id).limit(limit)).all()
+def list_schedules(s: Session, limit: int = 500, team: str | None = None) -> Sequence[Schedule]:
+    stmt = select(Schedule) if team is None else select(Schedule).where(Schedule.team == team)
+    return s.scalars(stmt.order_by(Schedule.created_at, Schedule.id).limit(limit)).all()
 
 
 def schedule_outputs(s: Session) -> dict[str, str]:
@@ -442,17 +490,17 @@ def schedule_outputs(s: Session) -> dict[str, str]:
     return {row.output_path: row.id for row in s.execute(select(Schedule.output_path, Schedule.id))}
 
 
-def delete_schedule(s: Session, schedule_id: str) -> None:
+def delete_schedule(s: Session, schedule_id: str, team: str | None = None) -> None:
     """Delete the schedule and its history; refused while a run is going. Its published versions stay on disk
     and are kept as :class:`RetiredVersion` rows, so their URLs under this id keep serving them."""
-    sched = lock_schedule(s, schedule_id)
+    sched = lock_schedule(s, schedule_id, team)
     active = active_run(s, schedule_id)
     if active is not None:
         raise Conflict(f"schedule {schedule_id} has run {active.number} going (job {active.job_id}); "
                        "cancel that job or wait for it, then delete")
     now = utcnow()
     for v in versions_of(s, schedule_id):
-        s.add(RetiredVersion(schedule_id=v.schedule_id, number=v.number, path=v.path, job_id=v.job_id,
+        s.add(RetiredVersion(schedule_id=v.schedule_id, team=sched.team, number=v.number, path=v.path, job_id=v.job_id,
                              run_number=v.run_number, documents=v.documents, samples=v.samples, tokens=v.tokens,
                              shards=v.shards, published_at=v.published_at, retired_at=now))
     s.execute(delete(ScheduleVersion).where(ScheduleVersion.schedule_id == schedule_id))
@@ -580,17 +628,20 @@ def versions_of(s: Session, schedule_id: str) -> Sequence[ScheduleVersion]:
     return s.scalars(stmt.order_by(ScheduleVersion.number)).all()
 
 
-def get_version(s: Session, schedule_id: str, number: int | None) -> ScheduleVersion:
+def get_version(s: Session, schedule_id: str, number: int | None, team: str | None = None) -> ScheduleVersion:
     """Version ``number``, or the latest one when ``number`` is None; a deleted schedule's from what it kept
-    (:func:`served_versions`)."""
+    (:func:`served_versions`); :class:`Hidden` for another team's (``team`` given)."""
+    sched = s.get(Schedule, schedule_id)
+    if sched is not None:
+        owned(sched, team, NotFound(f"no schedule {schedule_id!r}"))
     stmt = select(ScheduleVersion).where(ScheduleVersion.schedule_id == schedule_id)
     if number is not None:
         stmt = stmt.where(ScheduleVersion.number == number)
     version = s.scalars(stmt.order_by(ScheduleVersion.number.desc()).limit(1)).one_or_none()
     if version is not None:
         return version
-    if s.get(Schedule, schedule_id) is None:
-        kept = served_versions(s, schedule_id)  # NotFound for an unknown schedule
+    if sched is None:
+        kept = served_versions(s, schedule_id, team)  # NotFound for an unknown schedule
         found = [v for v in kept if number is None or v.number == number][-1:]
         if found:
             return found[0]
@@ -598,16 +649,41 @@ def get_version(s: Session, schedule_id: str, number: int | None) -> ScheduleVer
     raise NotFound(f"schedule {schedule_id!r} has no {which}")
 
 
-def served_versions(s: Session, schedule_id: str) -> Sequence[ScheduleVersion]:
+def served_versions(s: Session, schedule_id: str, team: str | None = None) -> Sequence[ScheduleVersion]:
     """The versions served under ``schedule_id``, oldest first: the schedule's own, or, once it is deleted,
     those it had then (as detached :class:`ScheduleVersion` objects, never added to the session: the API
     reads them as it reads a live schedule's); :class:`NotFound` for an id no schedule ever had."""
-    if s.get(Schedule, schedule_id) is not None:
+    sched = s.get(Schedule, schedule_id)
+    if sched is not None:
+        owned(sched, team, NotFound(f"no schedule {schedule_id!r}"))
         return versions_of(s, schedule_id)
     stmt = select(RetiredVersion).where(RetiredVersion.schedule_id == schedule_id).order_by(RetiredVersion.number)
     kept = s.scalars(stmt).all()
-    if not kept:
-        raise NotFound(f"no schedule {schedule_id!r}")
+    owned(kept[0] if kept else None, team, NotFound(f"no schedule {schedule_id!r}"))
     return [ScheduleVersion(schedule_id=r.schedule_id, number=r.number, path=r.path, job_id=r.job_id,
                             run_number=r.run_number, documents=r.documents, samples=r.samples, tokens=r.tokens,
                             shards=r.shards, published_at=r.published_at) for r in kept]
+
+
+# ---- audit -----------------------------------------------------------------------------------------------
+
+
+def add_audit(s: Session, **columns: Any) -> AuditEntry:
+    """One audited request (:class:`~service.store.models.AuditEntry`'s columns)."""
+    entry = AuditEntry(**columns)
+    s.add(entry)
+    return entry
+
+
+def list_audit(s: Session, *, team: str | None = None, key_id: str | None = None, outcome: str | None = None,
+               after: datetime | None = None, before_id: int | None = None, limit: int = 50) -> list[AuditEntry]:
+    """Newest first; ``before_id`` is the cursor (the id of the last entry of the previous page)."""
+    stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+    for column, value in ((AuditEntry.team, team), (AuditEntry.key_id, key_id), (AuditEntry.outcome, outcome)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    if after is not None:
+        stmt = stmt.where(AuditEntry.at > after)
+    if before_id is not None:
+        stmt = stmt.where(AuditEntry.id < before_id)
+    return list(s.scalars(stmt))
