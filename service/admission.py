@@ -32,7 +32,7 @@ from pipeline.preflight import problems as preflight_problems
 from pipeline.preflight import readable_problems
 from pipeline.problems import Loc, Problem, SpecError
 from pipeline.spec import JobSpec
-from service import confine
+from service import confine, ownership
 from service.settings import Settings
 
 #: why a string with U+0000 is refused, wherever it is in a request
@@ -69,9 +69,12 @@ class Refused(SpecError):
         return [p.detail(*self.at) for p in self.problems]
 
 
-def admit(spec: JobSpec, settings: Settings, *, versioned: bool = False) -> None:
+def admit(spec: JobSpec, settings: Settings, *, versioned: bool = False, team: str | None = None,
+          scope: str | None = None) -> None:
     """Return when the service will run ``spec``; raise :class:`Refused` otherwise. ``versioned``: the spec is
-    a schedule's, whose output folder holds versions (the schedule checks it itself)."""
+    a schedule's, whose output folder holds versions (the schedule checks it itself). ``team``: the team the job
+    writes as (None: no folder's owner is asked); ``scope``: the team whose roots and folders it may read and
+    write (None: every team's, an admin's)."""
     nul = nul_problems(spec.model_dump(mode="json"))
     if nul:
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, nul)
@@ -83,9 +86,12 @@ def admit(spec: JobSpec, settings: Settings, *, versioned: bool = False) -> None
     above = cpu_problems(spec, settings.job_cpu_cap)
     if above:
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, above)
-    refused = confine.problems(spec, settings.roots())
+    refused = confine.problems(spec, settings.roots(scope))
     if refused:
         raise Refused(status.HTTP_403_FORBIDDEN, [Problem(p.loc, p.msg, "path_not_allowed") for p in refused])
+    foreign = ownership.problems(spec, writer=team, reader=scope)
+    if foreign:
+        raise Refused(status.HTTP_403_FORBIDDEN, foreign)
     found = preflight_problems(spec)
     if found:
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, found)

@@ -63,11 +63,12 @@ def publish_output(folder: Path, *, n: int = 40, seed: int = 0) -> Manifest:
 
 
 def finished_job(db, folder: Path, *, state: JobState = JobState.SUCCEEDED, spec_hash: str = "synthetic",
-                 summary: dict | None = None, category: str | None = None, message: str | None = None) -> str:
-    """A job row for ``folder`` taken through its lifecycle to ``state``, as the supervisor would."""
+                 summary: dict | None = None, category: str | None = None, message: str | None = None,
+                 team: str = "default") -> str:
+    """A job row of ``team`` for ``folder`` taken through its lifecycle to ``state``, as the supervisor would."""
     with db.session() as s:
         job, _ = repo.create_job(s, {"name": "synthetic", "folder": str(folder)}, name="synthetic",
-                                 spec_hash=spec_hash, output_path=str(folder))
+                                 spec_hash=spec_hash, output_path=str(folder), team=team)
         if state != JobState.QUEUED:
             repo.transition(s, job, JobState.RUNNING)
         if state not in (JobState.QUEUED, JobState.RUNNING):

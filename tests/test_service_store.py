@@ -86,8 +86,8 @@ def test_migration_is_idempotent_and_at_head(database):
     with database.engine.connect() as conn:
         tables = set(inspect(conn).get_table_names())
         version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
-    assert {"jobs", "job_attempts", "job_events", "api_keys", "mixtures", "alembic_version"} <= tables
-    assert version == "0004"
+    assert {"jobs", "job_attempts", "job_events", "api_keys", "mixtures", "audit", "alembic_version"} <= tables
+    assert version == "0005"
 
 
 def test_the_models_agree_with_the_migrations(database):

@@ -13,7 +13,7 @@ import errno
 import json
 import os
 import re
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json", "documents.json", "CARD.md")
 #: ``card/``: the dataset card's figures and the spec it names (pipeline/card)
@@ -52,12 +52,15 @@ class BadRecord(ValueError):
 
 
 class Marker(TypedDict):
-    """``.tokenmill/marker.json``: tokenmill owns the output; ``files`` is what the last commit published."""
+    """``.tokenmill/marker.json``: tokenmill owns the output; ``files`` is what the last commit published;
+    ``owner``, when a service's job wrote it, the team whose job first wrote it (no other team's job may write
+    into it: :meth:`pipeline.job.output_store.StoreBase.claim`)."""
 
     tool: str
     format: int
     created: str
     files: list[str]
+    owner: NotRequired[str]
 
 
 class Journal(TypedDict):
@@ -135,8 +138,11 @@ def parse_object(data: bytes) -> dict[str, object]:
     return obj
 
 
-def new_marker(files: list[str], created: str) -> Marker:
-    return {"tool": "tokenmill", "format": MARKER_FORMAT, "created": created, "files": files}
+def new_marker(files: list[str], created: str, owner: str | None = None) -> Marker:
+    marker: Marker = {"tool": "tokenmill", "format": MARKER_FORMAT, "created": created, "files": files}
+    if owner is not None:
+        marker["owner"] = owner
+    return marker
 
 
 def parse_marker(data: dict[str, object]) -> Marker:
@@ -148,7 +154,10 @@ def parse_marker(data: dict[str, object]) -> Marker:
     created = data.get("created")
     if not isinstance(created, str):
         raise BadRecord("created is not a time")
-    return new_marker(check_rel_list(data.get("files"), "files"), created)
+    owner = data.get("owner")
+    if owner is not None and not isinstance(owner, str):
+        raise BadRecord("owner is not a name")
+    return new_marker(check_rel_list(data.get("files"), "files"), created, owner)
 
 
 def parse_journal(data: dict[str, object]) -> Journal:

@@ -11,6 +11,7 @@ and how its stage is listed. The rules themselves are described in :mod:`pipelin
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -57,8 +58,9 @@ class OutputStore(Protocol):
         """Hold the output for one job; a second holder is refused naming the first."""
         ...
 
-    def claim(self, overwrite: bool) -> None:
-        """Make the output the job's: refuse a foreign one, and an earlier run's output without ``overwrite``."""
+    def claim(self, overwrite: bool, owner: str | None = None) -> None:
+        """Make the output the job's: refuse a foreign one, another ``owner``'s, and an earlier run's output
+        without ``overwrite``."""
         ...
 
     def check_claim(self, overwrite: bool) -> None:
@@ -214,7 +216,8 @@ class StoreBase(ABC):
                 return
             missing = [check_rel(n) for n in names if n not in marker["files"]]
             if missing:
-                self._write_record(self.marker_path, new_marker(marker["files"] + missing, marker["created"]))
+                self._write_record(self.marker_path, new_marker(marker["files"] + missing, marker["created"],
+                                                                marker.get("owner")))
 
     def _load_journal(self) -> Journal | None:
         try:
@@ -238,20 +241,31 @@ class StoreBase(ABC):
             raise OutputError(f"output.path: {self.path} is not empty and was not written by tokenmill "
                               f"(no {PRIVATE}/marker.json); choose an empty {self.NOUN}")
 
-    def claim(self, overwrite: bool) -> None:
-        """Make this output the job's: refuse a foreign one (whatever ``overwrite`` says) and an earlier run's
-        output (a shard set, or any file the marker lists) without ``overwrite``; write the marker into a new
-        or empty one. Finishes a commit an earlier run left half-done first, so the check sees a consistent
-        output. Deletes nothing."""
+    def claim(self, overwrite: bool, owner: str | None = None) -> None:
+        """Make this output the job's: refuse a foreign one (whatever ``overwrite`` says), one whose marker names
+        another ``owner`` (a service's team), and an earlier run's output (a shard set, or any file the marker
+        lists) without ``overwrite``; write the marker (with ``owner``) into a new or empty one. Finishes a
+        commit an earlier run left half-done first, so the check sees a consistent output. Deletes nothing."""
         self._require_lock("claim")
         self._check_ownership()
+        self._check_owner(owner)
         self.finish_pending_commit()
         marker = self._load_marker()
         if marker is None:
-            self._write_record(self.marker_path, new_marker([], now()))
+            self._write_record(self.marker_path, new_marker([], now(), owner))
             return
         if not overwrite:
             self._refuse_earlier_output(marker["files"])
+
+    def _check_owner(self, owner: str | None) -> None:
+        """:class:`OutputError` when the marker names another owner than ``owner`` (None: no owner asked)."""
+        if owner is None or not self._present():
+            return
+        with contextlib.suppress(BadRecord):  # a damaged marker: _check_ownership said so
+            marker = self._load_marker()
+            if marker is not None and marker.get("owner", owner) != owner:
+                raise OutputError(f"output.path: {self.path} belongs to another team (its job wrote it first); "
+                                  "choose another folder")
 
     def check_claim(self, overwrite: bool) -> None:
         """What :meth:`claim` would refuse, asked without the lock and writing nothing (the service asks it before
@@ -359,7 +373,9 @@ class StoreBase(ABC):
             for rel in journal["new"]:  # 3. every staged file into place, the manifests last (5)
                 if not is_manifest(rel):
                     self._place(stage, rel)
-            self._write_record(self.marker_path, new_marker(journal["new"], journal["created"]))  # 4.
+            current = self._load_marker()
+            owner = current.get("owner") if current is not None else None
+            self._write_record(self.marker_path, new_marker(journal["new"], journal["created"], owner))  # 4.
             for rel in journal["new"]:  # 5. the commit point; a documents-only job has no manifest
                 if is_manifest(rel):
                     self._place(stage, rel)

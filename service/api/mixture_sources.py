@@ -27,23 +27,24 @@ from service.store import repo
 from service.store.db import Database
 
 
-def _resolve_one(db: Database, settings: Settings, src: SourceSpec) -> ResolvedSource:
+def _resolve_one(db: Database, settings: Settings, src: SourceSpec, team: str | None) -> ResolvedSource:
     pinned: dict[str, Any]
     if src.job is not None:
-        where = artifacts.job_source(db, settings, src.job)
+        where = artifacts.job_source(db, settings, src.job, team)
         location, pinned = f"/v1/jobs/{src.job}/artifacts", {"job": src.job}
     else:
         assert src.schedule is not None  # the spec holds exactly one of path, job, schedule
-        number = artifacts.version_number(db, src.schedule, str(src.version or "latest"))
-        where = artifacts.version_source(db, settings, src.schedule, number)
+        number = artifacts.version_number(db, src.schedule, str(src.version or "latest"), team)
+        where = artifacts.version_source(db, settings, src.schedule, number, team)
         location = f"/v1/schedules/{src.schedule}/versions/{number}/artifacts"
         pinned = {"schedule": src.schedule, "version": number}
     data = read_regular(os.path.join(where.folder, MANIFEST), MAX_MANIFEST_BYTES)
     return ResolvedSource(src, location, Manifest.from_json(data), hashlib.sha256(data).hexdigest(), pinned)
 
 
-def resolve(db: Database, settings: Settings, spec: MixtureSpec) -> list[ResolvedSource]:
-    """Every source's manifest, pinned; :class:`Refused` (422) naming each source that cannot be used."""
+def resolve(db: Database, settings: Settings, spec: MixtureSpec, team: str | None) -> list[ResolvedSource]:
+    """Every source's manifest, pinned; :class:`Refused` (422) naming each source that cannot be used (another
+    team's job or schedule than ``team``'s, None: any, as an unknown one)."""
     problems, out = [], []
     for i, src in enumerate(spec.sources):
         field = "path" if src.path is not None else "job" if src.job is not None else "schedule"
@@ -53,7 +54,7 @@ def resolve(db: Database, settings: Settings, spec: MixtureSpec) -> list[Resolve
                                     "path can be read)", "mixture"))
             continue
         try:
-            out.append(_resolve_one(db, settings, src))
+            out.append(_resolve_one(db, settings, src, team))
         except HTTPException as exc:
             problems.append(Problem(("sources", i, field), f"{src.name}: {exc.detail}", "mixture"))
         except repo.NotFound as exc:
@@ -65,9 +66,9 @@ def resolve(db: Database, settings: Settings, spec: MixtureSpec) -> list[Resolve
     return out
 
 
-def make(db: Database, settings: Settings, spec: MixtureSpec) -> Mixture:
+def make(db: Database, settings: Settings, spec: MixtureSpec, team: str | None) -> Mixture:
     try:
-        return plan_mixture(spec, resolve(db, settings, spec))
+        return plan_mixture(spec, resolve(db, settings, spec, team))
     except Refused:
         raise
     except SpecError as exc:

@@ -68,6 +68,8 @@ class _Claim:
     baseline: dict[str, Any]
     earlier: list[str]
     reserved: int
+    #: the schedule's team: its runs' jobs are that team's, checked against its roots and folders
+    team: str
 
 
 class Scheduler(LeaderLoop):
@@ -199,7 +201,7 @@ class Scheduler(LeaderLoop):
             return _Claim(schedule_id=sched.id, slot=slot, template=dict(sched.spec),
                           output_path=sched.output_path, baseline=dict(last.fingerprints) if last else {},
                           earlier=[v.path for v in repo.versions_of(s, schedule_id)],  # adopted ones too
-                          reserved=repo.max_reserved_version(s, schedule_id))
+                          reserved=repo.max_reserved_version(s, schedule_id), team=sched.team)
 
     def _add(self, s: Any, sched: Any, slot: datetime, state: RunState, message: str, **kw: Any) -> ScheduleRun | None:
         try:
@@ -225,7 +227,7 @@ class Scheduler(LeaderLoop):
         data = versions.refresh_spec(claim.template, found.to_read, claim.output_path, number, claim.earlier)
         try:
             spec = parse_spec(data)
-            admit(spec, self.settings)
+            admit(spec, self.settings, team=claim.team, scope=claim.team)
         except SpecError as exc:  # the schema's problems or admission's (Refused): one `field: message` line each
             return self._record(claim, RunState.FAILED, f"refused: {exc}", found)
         with self.db.session() as s:
@@ -239,7 +241,7 @@ class Scheduler(LeaderLoop):
                                              spec_hash=spec.content_hash(),
                                              output_path=os.path.realpath(spec.output.path),
                                              idempotency_key=f"schedule-{sched.id}-run-{run_number}",
-                                             api_key_id=sched.api_key_id)
+                                             api_key_id=sched.api_key_id, team=sched.team)
                     run = repo.add_run(s, sched, fire_at=claim.slot, state=RunState.RUNNING, job_id=job.id,
                                        version=number, message=f"job {job.id} writes {versions.version_name(number)}",
                                        inputs=found.summary(), fingerprints=found.snapshot)

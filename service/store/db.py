@@ -138,8 +138,9 @@ class Database:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
 
-    def migrate(self) -> None:
-        """Create or upgrade the schema to the latest revision (idempotent)."""
+    def migrate(self, revision: str = "head") -> None:
+        """Create or upgrade the schema to ``revision``, the latest by default (idempotent; the tests of a
+        revision's upgrade start from the one before)."""
         if self.is_sqlite and self.url.database:
             Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
         with self.engine.begin() as conn:
@@ -150,7 +151,7 @@ class Database:
             cfg = Config()
             cfg.set_main_option("script_location", str(MIGRATIONS))
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, revision)
 
     def drop_schema(self) -> None:
         """Drop a PostgreSQL schema and everything in it (the tests' cleanup)."""

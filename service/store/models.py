@@ -54,6 +54,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
+#: the team of every key, job, schedule and mixture made before teams existed (revision 0005)
+DEFAULT_TEAM = "default"
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -101,6 +105,8 @@ class Job(Base):
     #: sha256 of the submitted spec: the same key with another spec is a conflict, not a repeat
     request_hash: Mapped[str] = mapped_column(String(64))
     api_key_id: Mapped[str | None] = mapped_column(String(32))
+    #: the submitting key's team (:mod:`service.api.access`): only its keys and admins see the job
+    team: Mapped[str] = mapped_column(String(64), server_default=DEFAULT_TEAM)
     #: number of the latest attempt (0: never started)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
@@ -120,6 +126,7 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_state_queued_at", "state", "queued_at"),
         Index("ix_jobs_created_at", "created_at"),
+        Index("ix_jobs_team_seq", "team", "seq"),
     )
 
 
@@ -171,6 +178,9 @@ class ApiKey(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     secret_hash: Mapped[str] = mapped_column(String(64))
+    #: admin | member | reader (:mod:`service.api.access`); keys made before roles are admins of ``default``
+    role: Mapped[str] = mapped_column(String(16))
+    team: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
@@ -212,6 +222,7 @@ class Schedule(Base):
     #: the resolved ``output.path``: versions are ``v000001/``, ``v000002/``... in it, ``latest`` names the newest
     output_path: Mapped[str] = mapped_column(Text, unique=True)
     api_key_id: Mapped[str | None] = mapped_column(String(32))
+    team: Mapped[str] = mapped_column(String(64), server_default=DEFAULT_TEAM)
     #: the next slot the cron expression names (None while paused)
     next_fire_at: Mapped[datetime | None] = mapped_column(index=True)
     #: overlap ``buffer_one``: a slot that came while a run was going, fired once that run ends
@@ -284,6 +295,8 @@ class RetiredVersion(_VersionColumns, Base):
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     schedule_id: Mapped[str] = mapped_column(String(32))
+    #: its schedule's team (the schedule row is gone)
+    team: Mapped[str] = mapped_column(String(64), server_default=DEFAULT_TEAM)
     published_at: Mapped[datetime]
     #: when its schedule was deleted
     retired_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -304,4 +317,31 @@ class StoredMixture(Base):
     samples: Mapped[int] = mapped_column(BigInteger)
     tokens: Mapped[int] = mapped_column(BigInteger)
     api_key_id: Mapped[str | None] = mapped_column(String(32))
+    team: Mapped[str] = mapped_column(String(64), server_default=DEFAULT_TEAM)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AuditEntry(Base):
+    """One audited request (:mod:`service.api.audit`): every mutating request and every refusal, with who
+    asked (the key's id and name, team and role as they were then), what, on what, and how it ended."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: None: no well-formed key was shown (a 401)
+    key_id: Mapped[str | None] = mapped_column(String(32))
+    key_name: Mapped[str | None] = mapped_column(String(200))
+    team: Mapped[str | None] = mapped_column(String(64))
+    role: Mapped[str | None] = mapped_column(String(16))
+    #: ``METHOD /route/{template}``
+    action: Mapped[str] = mapped_column(String(200))
+    #: the request's path, or what it created (its ``Location``)
+    target: Mapped[str] = mapped_column(Text)
+    status: Mapped[int] = mapped_column(Integer)
+    #: ok | refused
+    outcome: Mapped[str] = mapped_column(String(16))
+    #: a refusal's reason (its ``detail``, shortened)
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_audit_team_id", "team", "id"),)

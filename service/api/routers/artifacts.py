@@ -51,7 +51,7 @@ from pipeline.job.output_dir import PUBLISHED, OutputDir
 from pipeline.output.inspect import DOCUMENTS_INDEXES, load_documents_index
 from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardFormatError
 from pipeline.storage import is_remote
-from service.api import schemas
+from service.api import access, schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep
 from service.api.schemas import ArtifactName, JobId, ScheduleId
 from service.settings import Settings
@@ -234,9 +234,10 @@ def _inside_roots(folder: str, settings: Settings) -> str:
     return real
 
 
-def job_source(db: Database, settings: Settings, job_id: str) -> Source:
+def job_source(db: Database, settings: Settings, job_id: str, team: str | None) -> Source:
+    """Where job ``job_id``'s files are (``team``: the caller's scope, :func:`service.api.access.team_scope`)."""
     with db.read() as s:
-        job = repo.get_job(s, job_id)
+        job = repo.get_job(s, job_id, team)
         state, folder, spec_hash = JobState(job.state), job.output_path, job.spec_hash
     if state != JobState.SUCCEEDED:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is {state}; its output is served once it "
@@ -244,14 +245,14 @@ def job_source(db: Database, settings: Settings, job_id: str) -> Source:
     return Source(_inside_roots(folder, settings), spec_hash, REVALIDATE)
 
 
-def version_number(db: Database, schedule_id: str, version: str) -> int:
+def version_number(db: Database, schedule_id: str, version: str, team: str | None) -> int:
     with db.read() as s:
-        return repo.get_version(s, schedule_id, None if version == "latest" else int(version)).number
+        return repo.get_version(s, schedule_id, None if version == "latest" else int(version), team).number
 
 
-def version_source(db: Database, settings: Settings, schedule_id: str, number: int) -> Source:
+def version_source(db: Database, settings: Settings, schedule_id: str, number: int, team: str | None) -> Source:
     with db.read() as s:
-        v = repo.get_version(s, schedule_id, number)
+        v = repo.get_version(s, schedule_id, number, team)
         folder, spec_hash = v.path, repo.get_job(s, v.job_id).spec_hash
     return Source(_inside_roots(folder, settings), spec_hash, IMMUTABLE)
 
@@ -347,7 +348,7 @@ def _to_latest(request: Request, number: int) -> RedirectResponse:
 @router.get("/v1/jobs/{job_id}/artifacts", response_model=schemas.ArtifactList, responses=_FILE)
 async def list_job_artifacts(job_id: JobId, key: KeyDep, db: DbDep, settings: SettingsDep) -> schemas.ArtifactList:
     """The files a trainer can fetch from the job's output, with their sizes and sha256 (= ETag)."""
-    src = await run_in_threadpool(job_source, db, settings, job_id)
+    src = await run_in_threadpool(job_source, db, settings, job_id, access.team_scope(key))
     return await run_in_threadpool(_listing, src)
 
 
@@ -356,7 +357,7 @@ async def list_job_artifacts(job_id: JobId, key: KeyDep, db: DbDep, settings: Se
 async def get_job_artifact(request: Request, job_id: JobId, name: ArtifactName, key: KeyDep, db: DbDep,
                            settings: SettingsDep) -> Response:
     """One published file of the job's output (Range, If-Range and If-None-Match honoured; ETag = sha256)."""
-    src = await run_in_threadpool(job_source, db, settings, job_id)
+    src = await run_in_threadpool(job_source, db, settings, job_id, access.team_scope(key))
     return await _serve(request, src, name)
 
 
@@ -365,10 +366,10 @@ async def get_job_artifact(request: Request, job_id: JobId, name: ArtifactName, 
 async def list_version_artifacts(request: Request, schedule_id: ScheduleId, version: Version, key: KeyDep, db: DbDep,
                                  settings: SettingsDep) -> Response | schemas.ArtifactList:
     """The files of a published version (``latest`` redirects to the newest number)."""
-    number = await run_in_threadpool(version_number, db, schedule_id, version)
+    number = await run_in_threadpool(version_number, db, schedule_id, version, access.team_scope(key))
     if version == "latest":
         return _to_latest(request, number)
-    src = await run_in_threadpool(version_source, db, settings, schedule_id, number)
+    src = await run_in_threadpool(version_source, db, settings, schedule_id, number, access.team_scope(key))
     return await run_in_threadpool(_listing, src)
 
 
@@ -379,8 +380,8 @@ async def get_version_artifact(request: Request, schedule_id: ScheduleId, versio
                                key: KeyDep, db: DbDep, settings: SettingsDep) -> Response:
     """One file of a published version; a numbered version never changes (cached as immutable)."""
     check_name(name)
-    number = await run_in_threadpool(version_number, db, schedule_id, version)
+    number = await run_in_threadpool(version_number, db, schedule_id, version, access.team_scope(key))
     if version == "latest":
         return _to_latest(request, number)
-    src = await run_in_threadpool(version_source, db, settings, schedule_id, number)
+    src = await run_in_threadpool(version_source, db, settings, schedule_id, number, access.team_scope(key))
     return await _serve(request, src, name)

@@ -3,35 +3,38 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse
-from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
+from pipeline.problems import Problem
 from pipeline.spec import JobSpec
-from service.admission import admit
-from service.api import schemas
+from service import ownership
+from service.admission import Refused, admit
+from service.api import access, event_stream, schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep, SupervisorDep
 from service.api.openapi import links
 from service.api.schemas import INT32_MAX, JobId
 from service.runner.job_process import LOG_FILE, RAY_LOG_FILE
 from service.store import repo
 from service.store.db import Database
-from service.store.models import TERMINAL, JobState
+from service.store.models import TERMINAL, ApiKey, JobState
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=access.forbidden())
+SubmitKey = Annotated[ApiKey, access.may("submit jobs")]
+CancelKey = Annotated[ApiKey, access.may("cancel jobs")]
+RetryKey = Annotated[ApiKey, access.may("retry jobs")]
 
 #: most bytes of a log one request returns (its end); ``tail_bytes`` asks for less
 MAX_LOG_BYTES = 4 << 20
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Message, "description": "no such job"}}
 #: a job's events and log are not JSON (their errors are: service/api/openapi.py documents them so)
-_SSE = {"description": "`event:`, `id:` and `data:` (JSON) lines per event; the stream ends with the job"}
+_SSE = {"description": "`event:`, `id:` and `data:` (JSON) lines per event; the stream ends with the job",
+        "content": {"text/event-stream": {"itemSchema": event_stream.ITEM_SCHEMA}}}
 _LOG = {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the end of the attempt's log",
         "headers": {"X-Attempt": {"schema": {"type": "integer"}, "description": "the attempt it is (0: none yet)"}}}
 _CONFLICT: dict[int | str, dict[str, Any]] = {
@@ -53,12 +56,12 @@ _LINKS = links("job_id", {"GetJob": ("get", "/v1/jobs/{job_id}"), "CancelJob": (
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=schemas.JobOut, responses={
     201: {"links": _LINKS},
     200: {"model": schemas.JobOut, "description": "the job this Idempotency-Key created earlier", "links": _LINKS},
-    403: {"model": schemas.ProblemList, "description": "a path outside the configured roots"},
+    **access.forbidden("a path outside the roots or in another team's folder"),
     409: _OUTPUT_CONFLICT,
     422: {"model": schemas.ProblemList, "description": "an invalid spec (one problem per field path), or an "
                                                        "`output.path` that is, lies inside or contains an input"},
 }, openapi_extra=_YAML_BODY)
-def submit_job(spec: JobSpec, response: Response, key: KeyDep, db: DbDep, settings: SettingsDep,
+def submit_job(spec: JobSpec, response: Response, key: SubmitKey, db: DbDep, settings: SettingsDep,
                supervisor: SupervisorDep,
                idempotency_key: Annotated[str | None, Header(max_length=255, min_length=1)] = None) -> schemas.JobOut:
     """Queue a job. The body is a job spec, as for `tokenmill run` (JSON, or YAML with `Content-Type:
@@ -76,11 +79,16 @@ def submit_job(spec: JobSpec, response: Response, key: KeyDep, db: DbDep, settin
         response.headers["Location"] = f"/v1/jobs/{repeat.id}"
         response.status_code = status.HTTP_200_OK
         return repeat
-    admit(spec, settings)
+    admit(spec, settings, team=key.team, scope=access.team_scope(key))
+    out_path = os.path.realpath(spec.output.path)
     with db.session() as s:
+        if repo.writing_into(s, out_path, other_than=key.team):  # not joinable: the folder becomes theirs
+            raise Refused(status.HTTP_403_FORBIDDEN, [Problem(("output", "path"), (
+                f"{out_path} belongs to another team (its job is queued or running into it); choose another folder"),
+                ownership.OTHER_TEAM)])
         job, created = repo.create_job(
-            s, data, name=spec.name, spec_hash=spec.content_hash(),
-            output_path=os.path.realpath(spec.output.path), idempotency_key=idempotency_key, api_key_id=key.id)
+            s, data, name=spec.name, spec_hash=spec.content_hash(), output_path=out_path,
+            idempotency_key=idempotency_key, api_key_id=key.id, team=key.team)
         out = schemas.JobOut.of(job)
     response.headers["Location"] = f"/v1/jobs/{out.id}"
     if created:
@@ -99,12 +107,16 @@ def list_jobs(key: KeyDep, db: DbDep,
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
               cursor: Annotated[str | None, Query(pattern=schemas.CURSOR_PATTERN,
                                                   description="the previous page's next_cursor")] = None,
+              team: Annotated[str | None, Query(pattern=access.TEAM_RE.pattern, description=(
+                  "an admin's filter (others see their own team's jobs only)"))] = None,
               ) -> schemas.JobList:
-    """Jobs, newest first, filtered; follow `next_cursor` for the next page."""
+    """Jobs, newest first, filtered; follow `next_cursor` for the next page. A key sees its own team's jobs
+    (an admin, every team's)."""
+    scope = access.list_scope(key, team)
     with db.read() as s:
         jobs = repo.list_jobs(s, states=[str(x) for x in state], name=name, created_after=_aware(created_after),
                               created_before=_aware(created_before), before_seq=int(cursor, 16) if cursor else None,
-                              limit=limit + 1)
+                              limit=limit + 1, team=scope)
         items = [schemas.JobOut.of(j) for j in jobs[:limit]]
     return schemas.JobList(items=items, next_cursor=_encode_cursor(jobs[limit - 1].seq) if len(jobs) > limit else None)
 
@@ -114,17 +126,18 @@ async def get_job(job_id: JobId, key: KeyDep, db: DbDep) -> schemas.JobDetail:
     """State, attempts, per-stage documents in/out/dropped per reason, tokens, shards, throughput, timings."""
     # what clients poll: async, and the read goes through Database.run_read, not the thread pool (a sync route
     # would send its dependencies, its body and the response's validation there, each a handoff)
-    job, attempts = await db.run_read(lambda conn: repo.job_status(conn, job_id))
+    scope = access.team_scope(key)
+    job, attempts = await db.run_read(lambda conn: repo.job_status(conn, job_id, scope))
     return schemas.JobDetail.of_job(job, attempts)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,
              responses={**_NOT_FOUND, **_CONFLICT})
-def cancel_job(job_id: JobId, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
+def cancel_job(job_id: JobId, key: CancelKey, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
     """A queued job is CANCELLED at once; a running one becomes CANCELLING, then CANCELLED once its process
     has stopped (SIGTERM: its Ray work is cancelled and nothing is published)."""
     with db.session() as s:
-        out = schemas.JobOut.of(repo.cancel_job(s, job_id))
+        out = schemas.JobOut.of(repo.cancel_job(s, job_id, access.team_scope(key)))
     if supervisor is not None:
         supervisor.wake()
     return out
@@ -132,11 +145,11 @@ def cancel_job(job_id: JobId, key: KeyDep, db: DbDep, supervisor: SupervisorDep)
 
 @router.post("/{job_id}/retry", status_code=status.HTTP_202_ACCEPTED, response_model=schemas.JobOut,
              responses={**_NOT_FOUND, **_CONFLICT})
-def retry_job(job_id: JobId, key: KeyDep, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
+def retry_job(job_id: JobId, key: RetryKey, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
     """Queue a FAILED or CANCELLED job again; its next attempt resumes: finished phases are skipped and
     shards already written are kept, not recomputed."""
     with db.session() as s:
-        out = schemas.JobOut.of(repo.retry_job(s, job_id))
+        out = schemas.JobOut.of(repo.retry_job(s, job_id, access.team_scope(key)))
     if supervisor is not None:
         supervisor.wake()
     return out
@@ -151,7 +164,7 @@ def get_logs(job_id: JobId, key: KeyDep, db: DbDep,
                  "Ray Data's), kept apart"))] = "job") -> PlainTextResponse:
     """The job process's log (`source=job`, tokenmill's lines) or its Ray's (`source=ray`), the last `tail_bytes`."""
     with db.read() as s:
-        job = repo.get_job(s, job_id)
+        job = repo.get_job(s, job_id, access.team_scope(key))
         number = attempt or job.attempt
         if number == 0:
             return PlainTextResponse("", headers={"X-Attempt": "0"})
@@ -168,34 +181,31 @@ def _event_cursor(last_event_id: Annotated[int | None, Header(ge=0, le=INT32_MAX
     return last_event_id if last_event_id is not None else after or 0
 
 
-async def _existing_job(job_id: JobId, db: DbDep) -> str:
+async def _existing_job(job_id: JobId, key: KeyDep, db: DbDep) -> str:
+    """The job's id, once it is known to be one the key may see (404 otherwise, before the stream starts)."""
     def check() -> None:
         with db.read() as s:
-            repo.get_job(s, job_id)
+            repo.get_job(s, job_id, access.team_scope(key))
 
     await run_in_threadpool(check)
     return job_id
 
 
-@router.get("/{job_id}/events", response_class=EventSourceResponse, responses={**_NOT_FOUND, 200: _SSE})
+@router.get("/{job_id}/events", response_class=event_stream.EventStream, responses={**_NOT_FOUND, 200: _SSE})
 async def follow_events(request: Request, key: KeyDep, db: DbDep, settings: SettingsDep,
                         job_id: Annotated[str, Depends(_existing_job)],
-                        after: Annotated[int, Depends(_event_cursor)]) -> AsyncIterator[ServerSentEvent]:
+                        after: Annotated[int, Depends(_event_cursor)]) -> event_stream.EventStream:
     """The job's events as server-sent events (`event:` the type, `id:` its number, `data:` JSON), from the
     start or after `Last-Event-ID`; the stream ends after the event that makes the job SUCCEEDED, FAILED or
     CANCELLED. `state` events are the service's (the lifecycle); the others are the job engine's. Every
     event's data carries the `attempt` it belongs to."""
-    last = after
-    while True:
+    async def page(last: int) -> event_stream.Page:
         # up to 500 events a page: in the thread pool whatever the store (the GIL is handed back every 5 ms)
         rows, state = await run_in_threadpool(_events_page, db, job_id, last)
-        for seq, kind, data in rows:
-            last = seq
-            yield ServerSentEvent(id=str(seq), event=kind, data=data)
-        if not rows:
-            if state in TERMINAL or await request.is_disconnected():
-                return
-            await anyio.sleep(settings.events_poll_s)
+        return rows, state in TERMINAL
+
+    # a plain streaming body, not FastAPI's SSE tasks: a client that leaves is a normal end (service/api/event_stream)
+    return event_stream.EventStream(event_stream.events(page, request, settings.events_poll_s, after))
 
 
 def _events_page(db: Database, job_id: str, after: int) -> tuple[list[tuple[int, str, dict]], str]:

@@ -12,19 +12,20 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
 from pydantic import BaseModel, Field
 
 from pipeline.mixture_format import MIXTURE
 from pipeline.mixture_spec import MixtureSpec
+from service.api import access, schemas
 from service.api import mixture_sources as mixtures
-from service.api import schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep
 from service.api.routers.artifacts import IMMUTABLE
 from service.store import mixtures as store
-from service.store.models import StoredMixture
+from service.store.models import ApiKey, StoredMixture
 
-router = APIRouter(prefix="/v1/mixtures", tags=["mixtures"])
+router = APIRouter(prefix="/v1/mixtures", tags=["mixtures"], responses=access.forbidden())
+CreateKey = Annotated[ApiKey, access.may("create mixtures")]
 
 MixtureId = Annotated[str, Path(description="a mixture's id", pattern=schemas.ID_PATTERN)]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Message, "description": "no such mixture"}}
@@ -43,6 +44,7 @@ class MixtureSourceOut(BaseModel):
 class MixtureOut(BaseModel):
     id: str
     name: str
+    team: str
     sha256: str = Field(description="of the mixture file")
     samples: int
     tokens: int
@@ -54,7 +56,7 @@ class MixtureOut(BaseModel):
     @classmethod
     def of(cls, row: StoredMixture) -> MixtureOut:
         doc = json.loads(row.document)
-        return cls(id=row.id, name=row.name, sha256=row.sha256, samples=row.samples, tokens=row.tokens,
+        return cls(id=row.id, name=row.name, team=row.team, sha256=row.sha256, samples=row.samples, tokens=row.tokens,
                    seed=doc["seed"], created_at=row.created_at, data=f"/v1/mixtures/{row.id}/artifacts/{MIXTURE}",
                    sources=[MixtureSourceOut(**{k: s[k] for k in MixtureSourceOut.model_fields})
                             for s in doc["sources"]])
@@ -69,16 +71,16 @@ class MixtureList(BaseModel):
     422: {"model": schemas.ProblemList, "description": "an invalid spec, a source that cannot be used or sources "
                                                        "that differ in tokenizer, seq_len or dtype: one problem each"},
 })
-def create_mixture(spec: MixtureSpec, response: Response, key: KeyDep, db: DbDep,
+def create_mixture(spec: MixtureSpec, response: Response, key: CreateKey, db: DbDep,
                    settings: SettingsDep) -> MixtureOut:
     """Plan a mixture of this service's jobs (``job: ID``) and schedule versions (``schedule: ID``, ``version: N``
     or ``latest``, pinned now), by ``weight`` or ``tokens`` per source, with ``max_epochs``, ``total_tokens``,
     ``fill`` and ``seed`` as for ``tokenmill mix``."""
-    mixture = mixtures.make(db, settings, spec)
+    mixture = mixtures.make(db, settings, spec, access.team_scope(key))
     with db.session() as s:
         row, created = store.save_mixture(s, name=spec.name, spec=spec.model_dump(mode="json", exclude_none=True),
                                           document=mixture.to_json(), samples=mixture.total_samples,
-                                          tokens=mixture.total_tokens, api_key_id=key.id)
+                                          tokens=mixture.total_tokens, api_key_id=key.id, team=key.team)
         out = MixtureOut.of(row)
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -87,24 +89,27 @@ def create_mixture(spec: MixtureSpec, response: Response, key: KeyDep, db: DbDep
 
 
 @router.get("", response_model=MixtureList)
-def list_mixtures(key: KeyDep, db: DbDep) -> MixtureList:
-    """The mixtures, newest first."""
+def list_mixtures(key: KeyDep, db: DbDep,
+                  team: Annotated[str | None, Query(pattern=access.TEAM_RE.pattern, description=(
+                      "an admin's filter (others see their own team's mixtures only)"))] = None) -> MixtureList:
+    """The mixtures, newest first (a key's own team's; an admin's, every team's)."""
+    scope = access.list_scope(key, team)
     with db.read() as s:
-        return MixtureList(items=[MixtureOut.of(m) for m in store.list_mixtures(s)])
+        return MixtureList(items=[MixtureOut.of(m) for m in store.list_mixtures(s, team=scope)])
 
 
 @router.get("/{mixture_id}", response_model=MixtureOut, responses=_NOT_FOUND)
 def get_mixture(mixture_id: MixtureId, key: KeyDep, db: DbDep) -> MixtureOut:
     """The mixture: its sources, the versions they were pinned to, their shares, samples, tokens and epochs."""
     with db.read() as s:
-        return MixtureOut.of(store.get_mixture(s, mixture_id))
+        return MixtureOut.of(store.get_mixture(s, mixture_id, access.team_scope(key)))
 
 
 @router.get("/{mixture_id}/artifacts", response_model=schemas.ArtifactList, responses=_NOT_FOUND)
 def list_mixture_artifacts(mixture_id: MixtureId, key: KeyDep, db: DbDep) -> schemas.ArtifactList:
     """The mixture's one file, ``mixture.json`` (its sources are read from their own artifacts URLs)."""
     with db.read() as s:
-        row = store.get_mixture(s, mixture_id)
+        row = store.get_mixture(s, mixture_id, access.team_scope(key))
     return schemas.ArtifactList(files=[schemas.ArtifactOut(name=MIXTURE, bytes=len(row.document.encode()),
                                                            sha256=row.sha256)])
 
@@ -116,7 +121,7 @@ def get_mixture_artifact(request: Request, mixture_id: MixtureId, name: schemas.
                          db: DbDep) -> Response:
     """``mixture.json``: never changes (cached as immutable)."""
     with db.read() as s:
-        row = store.get_mixture(s, mixture_id)
+        row = store.get_mixture(s, mixture_id, access.team_scope(key))
     if name != MIXTURE:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"a mixture serves only {MIXTURE}")
     headers = {"ETag": f'"{row.sha256}"', "Cache-Control": IMMUTABLE}
