@@ -135,7 +135,8 @@ async def get_job(job_id: JobId, key: KeyDep, db: DbDep) -> schemas.JobDetail:
              responses={**_NOT_FOUND, **_CONFLICT})
 def cancel_job(job_id: JobId, key: CancelKey, db: DbDep, supervisor: SupervisorDep) -> schemas.JobOut:
     """A queued job is CANCELLED at once; a running one becomes CANCELLING, then CANCELLED once its process
-    has stopped (SIGTERM: its Ray work is cancelled and nothing is published)."""
+    has stopped (SIGTERM: its Ray work is cancelled and nothing is published). 409 for a finished job, and for
+    one that publishes its output already (cancel and publish are one decision: it ends SUCCEEDED)."""
     with db.session() as s:
         out = schemas.JobOut.of(repo.cancel_job(s, job_id, access.team_scope(key)))
     if supervisor is not None:
