@@ -79,3 +79,15 @@ def test_an_alias_counts_the_levels_of_the_node_it_names(tmp_path: Path, capsys)
     spec.write_text(f"a: &a {'[' * half}{']' * half}\nname: [*a]\n")  # within the limit: the schema's to refuse
     assert cli.main(["run", str(spec)]) == 2
     assert "deeper than" not in capsys.readouterr().err
+
+
+def test_tokenmill_card_refuses_a_deep_spec_beside_the_card(tmp_path: Path, capsys):
+    from tests.test_card import _output
+
+    out = _output(tmp_path / "out")
+    (out / "card").mkdir()
+    (out / "card" / "spec.yaml").write_text(f"name: {DEEP['lists']}\n")
+    assert cli.main(["card", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {out / 'card' / 'spec.yaml'}:1:"), err
+    assert f"deeper than {MAX_DEPTH} levels" in err, err

@@ -24,16 +24,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {folder}: no stats.json (not a finished tokenmill output)", file=sys.stderr)
             return 2
     out = open_output_dir(args.output)
-    if not out.is_tokenmill():  # a copy of an output (no .tokenmill/): the card is written beside its files
-        names = write_card(args.output, args.compare)
-    else:
-        try:
+    try:
+        if not out.is_tokenmill():  # a copy of an output (no .tokenmill/): the card is written beside its files
+            names = write_card(args.output, args.compare)
+        else:
             with out.lock():  # no job publishes into the folder meanwhile
                 names = write_card(args.output, args.compare)
             out.add_published(names)  # listed, so it is served and replaced like the rest
-        except OutputError as exc:  # a job holds the folder
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+    except (OutputError, ValueError) as exc:  # a job holds the folder; a card/spec.yaml that cannot be read
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"card: {storage.join(args.output, names[0])} and {len(names) - 1} figure files "
           f"({time.perf_counter() - t0:.2f} s)")
     return 0

@@ -15,10 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from pipeline import secret_fields, storage
 from pipeline.card.profile import log2_bin
+from pipeline.nesting import TooDeep, load_yaml
 
 CARD = "CARD.md"
 CARD_DIR = "card"
@@ -122,12 +121,16 @@ def package_versions() -> dict[str, str]:
 
 
 def collect(folder: str) -> CardData:
-    """Everything the card shows about the output in ``folder``; ValueError when it holds no ``stats.json``."""
+    """Everything the card shows about the output in ``folder``; ValueError when it holds no ``stats.json`` or a
+    ``card/spec.yaml`` nested deeper than :data:`pipeline.nesting.MAX_DEPTH`."""
     stats = _read_json(folder, "stats.json")
     if not isinstance(stats, dict):
         raise ValueError(f"{folder}: no stats.json (not a finished tokenmill output)")
     spec_path = storage.join(folder, CARD_DIR, SPEC)
-    spec = yaml.safe_load(storage.read_text(spec_path)) if storage.exists(spec_path) else None
+    try:
+        spec = load_yaml(storage.read_text(spec_path)) if storage.exists(spec_path) else None
+    except TooDeep as exc:  # a spec.yaml edited by hand: one line, not a parser's RecursionError
+        raise ValueError(exc.at(spec_path)) from None
     manifest = _read_json(folder, "manifest.json")
     tok_path = storage.join(folder, "tokenizer.json")
     tokenizer = storage.read_text(tok_path) if storage.exists(tok_path) else None
