@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from pipeline.job.engine import TEST_PAUSE_ENV, Job
+from pipeline.job.decision import TEST_PAUSE_ENV, CancelOrPublish
 from pipeline.job.errors import JobCancelled
 from pipeline.job.signals import cancel_on_signals
-from pipeline.spec import parse_spec
 from service.api.app import create_app
 from service.runner import publish
 from service.runner.supervisor import RunnerConfig, Supervisor
@@ -231,28 +230,30 @@ def test_cancel_before_the_commit_publishes_nothing_and_after_it_is_409(service,
 # ---- in the job process: once publishing, a signal no longer cancels -----------------------------------------
 
 
-def test_a_signal_during_the_commit_is_ignored_and_one_before_it_cancels(tmp_path, monkeypatch):
-    spec = parse_spec({"name": "j", "inputs": [{"path": str(tmp_path / "in.jsonl")}],
-                       "output": {"path": str(tmp_path / "out")}})
-    signalled: list[str] = []
+def test_a_signal_during_the_commit_is_ignored_and_one_before_it_cancels():
+    """:class:`pipeline.job.decision.CancelOrPublish` (the engine's) under :func:`cancel_on_signals` (its handler)."""
+    committed: list[str] = []
 
     def late_cancel() -> None:  # what the supervisor's SIGTERM (or a Ctrl-C) does while the output is committed
-        signalled.append("commit")
+        committed.append("commit")
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)  # the handler runs here, in this thread
 
-    job = Job(spec, may_publish=lambda: True)
-    monkeypatch.setattr(job.out, "commit", late_cancel)
-    with cancel_on_signals(job):
-        job._publish()
-    assert signalled == ["commit"] and not job.cancelled and job.cancel() is False
+    def check(decision: CancelOrPublish) -> Callable[[], None]:
+        def raise_if_cancelled() -> None:
+            if decision.cancelled:
+                raise JobCancelled("cancelled")
+        return raise_if_cancelled
 
-    refused = Job(spec, may_publish=lambda: False)  # the supervisor's answer: a cancel was accepted first
-    monkeypatch.setattr(refused.out, "commit", late_cancel)
+    granted = CancelOrPublish(may_publish=lambda: True)
+    with cancel_on_signals(granted):
+        granted.publish(late_cancel, check(granted))
+    assert committed == ["commit"] and not granted.cancelled and granted.cancel() is False
+
+    refused = CancelOrPublish(may_publish=lambda: False)  # the supervisor's answer: a cancel was accepted first
     with pytest.raises(JobCancelled, match="before publishing"):
-        refused._publish()
-    early = Job(spec, may_publish=lambda: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(0.2) or True)
-    monkeypatch.setattr(early.out, "commit", late_cancel)
+        refused.publish(late_cancel, check(refused))
+    early = CancelOrPublish(may_publish=lambda: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(0.2) or True)
     with cancel_on_signals(early), pytest.raises(KeyboardInterrupt):
-        early._publish()
-    assert early.cancelled and signalled == ["commit"]  # neither committed
+        early.publish(late_cancel, check(early))
+    assert early.cancelled and committed == ["commit"]  # neither committed

@@ -19,22 +19,22 @@ uninterrupted run; another spec is refused unless ``overwrite``. The driver hand
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from pipeline import storage
 from pipeline.job import events as ev
 from pipeline.job import leftovers
+from pipeline.job.decision import CancelOrPublish
 from pipeline.job.errors import JobCancelled, JobError, as_job_error
 from pipeline.job.output_dir import check_not_overlapping, open_output_dir
 from pipeline.job.records import CurateResult, TokenizerRecord, written_from_json, written_to_json
-from pipeline.job.state import EVENTS, JsonlLog, JsonObject, StateError, WorkState, clear
+from pipeline.job.state import EVENTS, JsonlLog, JsonObject, StateError, WorkState
 from pipeline.shard_format import Manifest
 from pipeline.spec import JobSpec
 from pipeline.tokenize import TokenizerError
@@ -59,16 +59,12 @@ class Job:
                  ray_start_timeout_s: float | None = None, owner: str | None = None,
                  may_publish: Callable[[], bool] | None = None):
         self.spec = spec
-        #: asked before the commit (the service's decision, service.runner.publish); False: a cancel came first
-        self.may_publish = may_publish
-        self._decision = threading.RLock()  # RLock: a signal handler may run cancel() while this thread holds it
-        self._publishing = False
+        self._decision = CancelOrPublish(may_publish)  # may_publish: the service's decision (service.runner.publish)
         #: the team a service runs the job for: recorded in a new output's marker, and another's is refused
         self.owner = owner
         self.ray_start_timeout_s = ray_start_timeout_s or ev.RAY_START_TIMEOUT_S
         self.out = open_output_dir(spec.output.path)
         self._sinks = [on_event] if on_event else []
-        self._cancel = threading.Event()
         self._events_log: JsonlLog | None = None
         self._emit_lock = threading.Lock()
         self._log_path = log_path
@@ -76,17 +72,12 @@ class Job:
         self.phase: str | None = None
 
     def cancel(self) -> bool:
-        """Ask the job to stop; False (and ignored) once it publishes: cancel and publish are one decision
-        (:meth:`_publish`), so a cancelled job has published nothing and a publishing one ends done."""
-        with self._decision:
-            if self._publishing:
-                return False
-            self._cancel.set()
-            return True
+        """Ask the job to stop; False (and ignored) once it publishes (:mod:`pipeline.job.decision`)."""
+        return self._decision.cancel()
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._decision.cancelled
 
     def run(self) -> JobResult:
         """Run the job; a failure drops what a rerun won't reuse and is reported once (:func:`.errors.as_job_error`)."""
@@ -114,11 +105,14 @@ class Job:
         from pipeline.job import curate, finalize, summary, tasks, tokenizer, write
 
         spec, t_start = self.spec, time.perf_counter()
-        state = self._state = self._open_state()
+        try:  # a rerun continues the work folder; another spec's is refused unless overwrite
+            state = self._state = WorkState.for_job(str(self.out.work), spec.content_hash(), spec.output.overwrite)
+        except StateError as exc:
+            raise JobError(str(exc), "validation") from None
         self._events_log = JsonlLog(storage.join(str(self.out.private), EVENTS))
         job_log, ray_log = tasks.log_paths(str(self.out.path), str(self.out.private), self._log_path)
         self._sinks.append(summary.JobLog(job_log))  # tokenmill's lines; Ray's output goes to ray_log
-        started_ray = tasks.start_ray(spec, ray_log, self._emit, self.ray_start_timeout_s, self._give_up_on_ray)
+        started_ray = tasks.start_ray(spec, ray_log, self._emit, self.ray_start_timeout_s, self._fail)
         ray_tasks = tasks.RayTasks(lambda: self.phase)
         try:
             par = tasks.parallelism(spec.execution.parallelism)
@@ -138,7 +132,8 @@ class Job:
                                       written_from_json)
             self._enter("finalize")
             t0 = time.perf_counter()
-            stats, manifest = finalize.run(ctx, state, curated, written, t_start, self._publish)
+            publish = partial(self._decision.publish, self.out.commit, self._check_cancel)
+            stats, manifest = finalize.run(ctx, state, curated, written, t_start, publish)
             self._emit(ev.PhaseChanged(phase="finalize", state="finished", seconds=round(time.perf_counter() - t0, 3)))
             self._emit(ev.JobFinished(output=str(self.out.path), shards=stats.output.shards,
                                       samples=stats.output.samples, tokens=stats.output.tokens,
@@ -150,42 +145,6 @@ class Job:
                 tasks.stop_ray()
             else:
                 ray_tasks.cancel()
-
-    def _publish(self) -> None:
-        """The commit, decided against a cancel once: the service's answer first (``may_publish``: refused when a
-        cancel was accepted), then this process's own flag, under the lock :meth:`cancel` takes. From then on a
-        cancel is ignored (it would leave a CANCELLED job whose output is published)."""
-        pause_for_tests("publish")
-        if self.may_publish is not None and not self.may_publish():
-            raise JobCancelled("cancelled before publishing")
-        with self._decision:
-            self._check_cancel()
-            self._publishing = True
-        self.out.commit()
-        pause_for_tests("published")
-
-    def _give_up_on_ray(self, message: str) -> None:
-        """Ray missed its start deadline (:func:`tasks.start_ray`); this process ends next, from the watchdog
-        thread: the failure is reported as any other (``job_failed``, fsynced) and on stderr in one line."""
-        self._fail(JobError(message, "infra"))
-        with contextlib.suppress(Exception):  # a closed or broken stderr: the event is the outcome all the same
-            print(f"error: {message}", file=sys.stderr, flush=True)
-
-    def _open_state(self) -> WorkState:
-        """The work folder's state for this spec: a rerun continues it; another spec's is refused (or, with
-        ``overwrite``, removed)."""
-        work, spec_hash = str(self.out.work), self.spec.content_hash()
-        try:
-            state = WorkState.open(work, spec_hash)
-        except StateError as exc:
-            if not self.spec.output.overwrite:
-                raise JobError(str(exc), "validation") from None
-            storage.rmtree(work)
-            state = WorkState.open(work, spec_hash)
-        if state.is_new():
-            clear(work)
-            state.save()
-        return state
 
     def _phase(self, name: ev.Phase, state: WorkState, body: Callable[[], R], dump: Callable[[R], JsonObject],
                load: Callable[[JsonObject], R]) -> R:
@@ -208,7 +167,7 @@ class Job:
         self._emit(ev.PhaseChanged(phase=name, state="started"))
 
     def _check_cancel(self) -> None:
-        if self._cancel.is_set():
+        if self._decision.cancelled:
             raise JobCancelled(f"cancelled during {self.phase or 'start'}")
 
     def _emit(self, event: ev.Event, final: bool = False) -> None:
@@ -227,20 +186,6 @@ class Job:
         with contextlib.suppress(Exception):  # reporting must not hide the failure
             self._emit(ev.JobFailed(category=exc.category, message=str(exc), phase=self.phase), final=True)
         return exc
-
-
-#: a test hook (tests/test_cancel_publish.py): ``POINT:FILE`` makes the job wait at POINT (``publish``: before it
-#: publishes; ``published``: after its commit, before it reports) until FILE exists, ``FILE.waiting`` saying it waits
-TEST_PAUSE_ENV = "TOKENMILL_TEST_PAUSE"
-
-
-def pause_for_tests(point: str) -> None:
-    at, _, path = os.environ.get(TEST_PAUSE_ENV, "").partition(":")
-    if at != point or not path:
-        return
-    Path(f"{path}.waiting").touch()
-    while not os.path.exists(path):
-        time.sleep(0.05)
 
 
 def run_job(spec: JobSpec, on_event: EventSink | None = None) -> JobResult:

@@ -146,6 +146,22 @@ class WorkState:
         state.phases = dict(data.get("phases") or {})
         return state
 
+    @classmethod
+    def for_job(cls, work: str, spec_hash: str, overwrite: bool) -> WorkState:
+        """The work folder's state for a job's spec, saved: a rerun continues it; another spec's is refused
+        (StateError) or, with ``overwrite``, removed."""
+        try:
+            state = cls.open(work, spec_hash)
+        except StateError:
+            if not overwrite:
+                raise
+            storage.rmtree(work)
+            state = cls.open(work, spec_hash)
+        if state.is_new():
+            clear(work)
+            state.save()
+        return state
+
     def is_new(self) -> bool:
         return not storage.exists(storage.join(self.work, STATE))
 

@@ -7,13 +7,16 @@ phase gets from the engine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import ray
@@ -31,13 +34,14 @@ EventSink = Callable[[ev.Event], None]
 
 
 def start_ray(spec: JobSpec, log_path: str, emit: EventSink, timeout_s: float = ev.RAY_START_TIMEOUT_S,
-              give_up: Callable[[str], None] | None = None) -> bool:
+              report: Callable[[JobError], object] | None = None) -> bool:
     """Start or join Ray for ``spec`` (True when this call started it), Ray's output to ``log_path``; ``emit``
     gets ``ray_starting`` before and ``ray_started`` once it is up (the seconds between are Ray's own start).
 
     Ray that is not up within ``timeout_s`` (an address that accepts and never answers holds ``ray.init`` for
-    minutes, deaf to signals) ends the process (:func:`pipeline.job.deadline.process_deadline`) after
-    ``give_up`` got the one line that says so ("could not start or join Ray at ADDRESS within 60 s"), to report.
+    minutes, deaf to signals) ends the process (:func:`pipeline.job.deadline.process_deadline`) from a watchdog
+    thread, once ``report`` got the ``infra`` failure ("could not start or join Ray at ADDRESS within 60 s": the
+    engine's ``job_failed``) and stderr its ``error:`` line.
 
     Whatever Ray's start raises is an ``infra`` failure, one line: nothing answering at the address
     (``ConnectionError``), ``TimeoutError``, a local node that timed out during startup or whose GCS or raylet
@@ -52,7 +56,7 @@ def start_ray(spec: JobSpec, log_path: str, emit: EventSink, timeout_s: float = 
     late = (f"could not start a local Ray node within {timeout_s:g} s" if target == "local" else
             f"could not start or join Ray at {target} within {timeout_s:g} s")
     try:
-        with process_deadline(timeout_s, lambda: give_up(late) if give_up else None):
+        with process_deadline(timeout_s, partial(_give_up, late, report)):
             own = init_ray(ex.address, ex.num_cpus, log_path=log_path)
     except SystemExit as exc:
         if exc.code not in (signal.SIGTERM, signal.SIGINT):
@@ -70,6 +74,13 @@ def start_ray(spec: JobSpec, log_path: str, emit: EventSink, timeout_s: float = 
     emit(ev.RayStarted(seconds=round(time.perf_counter() - t0, 3), cpus=info.cpus, address=info.address,
                        dashboard=info.dashboard, own=own))
     return own
+
+
+def _give_up(message: str, report: Callable[[JobError], object] | None) -> None:
+    if report is not None:
+        report(JobError(message, "infra"))
+    with contextlib.suppress(Exception):  # a closed stderr: the event is the outcome all the same
+        print(f"error: {message}", file=sys.stderr, flush=True)
 
 
 #: Ray's own output, beside the job's log (which holds tokenmill's lines only)
