@@ -15,7 +15,7 @@ whose output was published (its retries then failed "already holds a shard set")
    and its retry resumes the same work.
 4. In the job process, from the moment it is granted (``tokenmill run``, with no service: from the commit's start)
    the engine ignores a cancel (SIGTERM, SIGINT; a second signal still exits at once): see
-   :meth:`pipeline.job.engine.Job.cancel`.
+   :mod:`pipeline.job.decision`.
 
 Files, not a connection: the job process may run on a Ray cluster's head (:mod:`service.runner.ray_jobs`), which
 shares the state folder but not the database. Checking for a pending request costs the supervisor two ``stat``
