@@ -12,7 +12,8 @@ Errors are 4xx with a JSON ``detail`` (never a 500 for a bad request): 401 witho
 is read: :mod:`service.api.edge`), 403 a path outside the roots, 404 an unknown job, 408 a body that did not
 arrive within ``body_timeout_s``, 409 a request the job's state does not allow, 413 a body over
 ``max_body_bytes``, 422 an invalid spec or parameter (``detail`` is a list of ``{loc, msg, type}``, ``loc``
-the field path), 503 when the database does not answer.
+the field path; a body that is not JSON or YAML, or nests deeper than :data:`pipeline.nesting.MAX_DEPTH`, is one
+problem at ``["body"]``), 503 when the database does not answer.
 """
 
 from __future__ import annotations
