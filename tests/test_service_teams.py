@@ -99,6 +99,8 @@ def test_another_teams_work_is_an_unknown_id_and_a_role_gets_403_naming_it(teams
         assert theirs.json() == {"detail": none.json()["detail"].replace(unknown, sa)}, (method, path)
     assert client.get(f"/v1/jobs/{a}", headers=keys["a"]).json()["state"] == "QUEUED"  # nothing happened to it
     assert client.get(f"/v1/schedules/{sa}", headers=keys["a"]).json()["name"] == "nightly"
+    nested = client.post("/v1/schedules", json=_schedule(root, "sched-a/inner"), headers=keys["b"])
+    assert nested.status_code == 409 and "another team's schedule publishes" in nested.text and sa not in nested.text
 
     # lists: each team its own; the admin every team's, narrowed with team=; a member may not name another team
     def ids(path: str, who: str, **params) -> set[str]:

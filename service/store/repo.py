@@ -485,9 +485,10 @@ def list_schedules(s: Session, limit: int = 500, team: str | None = None) -> Seq
     return s.scalars(stmt.order_by(Schedule.created_at, Schedule.id).limit(limit)).all()
 
 
-def schedule_outputs(s: Session) -> dict[str, str]:
-    """``{output_path: schedule id}`` of every schedule (a new one may not nest in or around another's)."""
-    return {row.output_path: row.id for row in s.execute(select(Schedule.output_path, Schedule.id))}
+def schedule_outputs(s: Session) -> dict[str, tuple[str, str]]:
+    """``{output_path: (schedule id, team)}`` of every schedule (a new one may not nest in or around another's)."""
+    return {row.output_path: (row.id, row.team)
+            for row in s.execute(select(Schedule.output_path, Schedule.id, Schedule.team))}
 
 
 def delete_schedule(s: Session, schedule_id: str, team: str | None = None) -> None:

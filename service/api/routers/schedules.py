@@ -67,7 +67,7 @@ _LINKS = links("schedule_id", {
 _SPEC_AT = ("body", "spec")
 
 
-def check_spec(spec: JobSpec, settings: Settings, others: dict[str, str], team: str,
+def check_spec(spec: JobSpec, settings: Settings, others: dict[str, tuple[str, str]], team: str,
                own_id: str | None = None) -> str:
     """The schedule's resolved output folder, or :class:`Refused` / :class:`repo.Conflict` saying why not. A
     schedule runs as its ``team`` (an admin's too): its roots, its folders."""
@@ -88,9 +88,10 @@ def check_spec(spec: JobSpec, settings: Settings, others: dict[str, str], team: 
         # OutputError's one line names its field first: the reason is what follows it
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [Problem(
             ("output", "path"), str(exc).removeprefix("output.path: "), "overlaps_inputs")], _SPEC_AT) from None
-    for path, other in others.items():
+    for path, (other, owner) in others.items():
         if other != own_id and (Path(out).is_relative_to(path) or Path(path).is_relative_to(out)):
-            raise repo.Conflict(f"spec.output.path: schedule {other} publishes into {path}; a schedule's folder "
+            which = f"schedule {other}" if owner == team else "another team's schedule"  # no other team's id
+            raise repo.Conflict(f"spec.output.path: {which} publishes into {path}; a schedule's folder "
                                 "may not be, contain or lie inside another's")
     theirs = [n for n in versions.on_disk(out)
               if (owned := ownership.owner_of(str(versions.version_dir(out, n)))) and owned[1] != team]
