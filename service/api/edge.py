@@ -16,9 +16,9 @@ pure ASGI middleware (it never touches ``receive`` before the check), runs first
   ``Content-Length``, or counted while reading a chunked body) gets 413, a body not all there
   ``body_timeout_s`` after the head gets 408; both close the connection. The app then reads it from memory,
   a YAML body (``Content-Type: application/yaml``) as the JSON it means (:mod:`service.api.yaml_body`).
-- A JSON or YAML body that cannot be read, or nests deeper than :data:`pipeline.nesting.MAX_DEPTH`, is a 422
-  with its one problem (:mod:`service.api.json_body`, :mod:`service.api.yaml_body`): never a parser's
-  ``RecursionError``.
+- A JSON or YAML body, to a route that takes one, that cannot be read or nests deeper than
+  :data:`pipeline.nesting.MAX_DEPTH` is a 422 with its one problem (:mod:`service.api.json_body`,
+  :mod:`service.api.yaml_body`): never a parser's ``RecursionError``.
 
 Every other answer here is ``{"detail": "..."}`` JSON, labelled in the latency histogram with the route's template.
 """
@@ -51,6 +51,7 @@ class _Route:
     methods: frozenset[str]
     route: BaseRoute  # what the router puts in scope["route"]: the latency label's template
     needs_key: bool
+    takes_body: bool  # FastAPI parses its body (a route without one ignores whatever is sent)
 
 
 def route_table(routes: Iterable[BaseRoute]) -> list[_Route]:
@@ -61,7 +62,8 @@ def route_table(routes: Iterable[BaseRoute]) -> list[_Route]:
             continue
         regex, _, _ = compile_path(ctx.path)
         table.append(_Route(regex, frozenset(ctx.methods or ()), ctx.original_route,
-                            needs_key(getattr(ctx.original_route, "dependant", None))))
+                            needs_key(getattr(ctx.original_route, "dependant", None)),
+                            getattr(ctx.original_route, "body_field", None) is not None))
     return table
 
 
@@ -117,18 +119,21 @@ class Edge:
                 f"the request body did not arrive within {self.body_timeout_s:g} s")
             await self._refuse(scope, send, route, body, detail)
         elif body is not None:  # None: the client left
-            content_type = Headers(scope=scope).get("content-type")
-            if yaml_body.is_yaml(content_type):
-                converted = await run_in_threadpool(yaml_body.to_json, body)  # a parse: off the loop
-                if isinstance(converted, dict):
-                    await self._unreadable(scope, send, route, converted)
-                    return
-                body, scope = converted, _as_json(scope, len(converted))
-            elif json_body.is_json(content_type):
-                problem = await run_in_threadpool(json_body.problem, body)
-                if problem is not None:
-                    await self._unreadable(scope, send, route, problem)
-                    return
+            problem = None
+            if route.takes_body:  # a route without a body ignores whatever is sent
+                content_type = Headers(scope=scope).get("content-type")
+                if yaml_body.is_yaml(content_type):
+                    converted = await run_in_threadpool(yaml_body.to_json, body)  # a parse: off the loop
+                    if isinstance(converted, dict):
+                        problem = converted
+                    else:
+                        body, scope = converted, _as_json(scope, len(converted))
+                elif json_body.is_json(content_type):  # none given too: FastAPI reads it as JSON
+                    problem = await run_in_threadpool(json_body.problem, body)
+            if problem is not None:
+                scope["route"] = route.route
+                await JSONResponse({"detail": [problem]}, 422)(scope, _no_body, send)
+                return
             await self.app(scope, _replay(body, receive), send)
 
     def _match(self, scope: Scope) -> _Route | None:
@@ -154,11 +159,6 @@ class Edge:
                         return bytes(body)
         except TimeoutError:
             return 408
-
-    async def _unreadable(self, scope: Scope, send: Send, route: _Route, problem: dict[str, Any]) -> None:
-        """422: a body that is not the JSON or YAML it says, or nests deeper than the limit: the one problem."""
-        scope["route"] = route.route
-        await JSONResponse({"detail": [problem]}, 422)(scope, _no_body, send)
 
     def _too_large(self) -> str:
         return f"the request body is over the limit of {self.max_body_bytes} bytes"
