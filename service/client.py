@@ -1,5 +1,5 @@
 """The control plane from a terminal: ``tokenmill serve``, ``submit``, ``status``, ``follow``, ``logs``, ``cancel``,
-``retry`` and ``apikey``.
+``retry``, ``apikey`` and ``audit``.
 
 Each command is a ``main_<name>(argv) -> int`` (``service/commands/<name>.py`` exposes it as the ``main`` that
 ``tokenmill <name>`` calls). The HTTP commands take ``--server URL`` (default ``$TOKENMILL_SERVER``, else

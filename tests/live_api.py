@@ -106,7 +106,7 @@ def live_api(tmp: Path, url: str | None = None, schema: str | None = None) -> It
     db = Database(url, schema=schema)
     db.migrate()
     with db.session() as s:
-        _, token = repo.create_key(s, "fuzz")
+        _, token = repo.create_key(s, "fuzz", role="admin")  # an admin reaches every operation (GET /v1/audit)
     finished = _finished_job(db)
     db.dispose()
     settings = Settings(state_dir=tmp / "state", database_url=url, database_schema=schema, input_roots=(in_root,),
