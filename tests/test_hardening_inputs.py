@@ -1,5 +1,6 @@
 """Issue 9, input accounting: cases 5 (symlink loops), 6 (unreadable folders), 7 (a malformed WARC record),
-8 (zero-width-only documents) and 15 (one rejected-record schema, sources relative to the input).
+8 (zero-width-only documents) and 15 (one rejected-record schema, sources relative to the input); issue 37: a gzip
+bomb through a whole job (the readers' own bounds: tests/test_record_limit.py).
 
 Every test names the case it covers; each fails on the code before the fix.
 """
@@ -11,8 +12,10 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,6 +24,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -401,3 +405,88 @@ def test_every_stage_writes_the_same_rejected_record(ray_local: Any, tmp_path: P
         "near": ("near_dedup", "near_duplicate", "a8", "sub/b.jsonl"),
     }
     assert all(r["detail"] == {} for i, r in rows.items() if i in ("exact", "near"))
+
+
+# ---------------------------------------------------------------- issue 37: a gzip bomb through a whole job
+
+
+class WorkerPeaks:
+    """The peak RSS (the kernel's ``VmHWM``) of each Ray worker this process started, sampled every 50 ms while a
+    job runs. A worker past ``kill_above`` is killed (by its pid) and the test's thread interrupted (SIGUSR1 raises
+    AssertionError there): Ray would run the read again and again, and a regression would fill the machine's memory
+    instead of failing (the module's ``ray_local`` teardown ends what is left)."""
+
+    def __init__(self, kill_above: int):
+        self.kill_above = kill_above
+        self.peaks: dict[int, tuple[str, int]] = {}  # pid -> (command, bytes)
+        self.killed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> WorkerPeaks:
+        self._handler = signal.signal(signal.SIGUSR1, self._fail)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        signal.signal(signal.SIGUSR1, self._handler)
+
+    def _fail(self, *_: object) -> None:
+        raise AssertionError(f"a worker passed {self.kill_above / 1e9:.1f} GB and was killed: {self.killed}")
+
+    def _watch(self) -> None:
+        me = psutil.Process()
+        while not self._stop.wait(0.05):
+            for proc in me.children(recursive=True):
+                try:
+                    command = " ".join(proc.cmdline()).strip()
+                    status = Path(f"/proc/{proc.pid}/status").read_text()
+                except (psutil.Error, OSError):
+                    continue
+                if not command.startswith("ray::"):  # Ray's own servers (raylet: the object store's pages), not workers
+                    continue
+                hwm = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) << 10
+                self.peaks[proc.pid] = (command, max(hwm, self.peaks.get(proc.pid, ("", 0))[1]))
+                if hwm > self.kill_above:
+                    self.killed.append(f"{command}: {hwm / 1e9:.2f} GB")
+                    proc.kill()
+                    if len(self.killed) == 1:
+                        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def largest(self) -> tuple[str, int]:
+        return max(self.peaks.values(), key=lambda p: p[1])
+
+
+@pytest.mark.ray
+def test_gzip_bomb_job_keeps_workers_small(ray_local: Any, tmp_path: Path) -> None:
+    """Issue 37: a 1.2 MB ``.jsonl.gz`` that inflates to one 1.2 GB line grew a ReadFiles worker past 3.3 GB with
+    no error. With the default ``max_record_bytes`` (64 MiB) the job succeeds, keeps the other records, counts one
+    ``record_too_large`` drop (a stub in rejected/) in exact stats, and no worker passes 1.5 GB."""
+    from pipeline.job.engine import run_job
+    from pipeline.spec import parse_spec
+    from tests.test_record_limit import bomb
+
+    src = tmp_path / "in" / "bomb.jsonl.gz"
+    src.parent.mkdir()
+    before = [{"id": f"a{i}", "text": f"record {i} before the bomb"} for i in range(3)]
+    after = [{"id": f"b{i}", "text": f"record {i} after the bomb"} for i in range(2)]
+    offset, size = bomb(src, before, 1200 << 20, after)
+    assert src.stat().st_size < 1.3e6 and size > 1.2e9
+    spec = parse_spec({"name": "bomb", "inputs": [{"path": str(src)}], "tokenizer": None,
+                       "output": {"path": str(tmp_path / "out"), "documents": "jsonl"}})
+    with WorkerPeaks(int(1.5e9)) as peaks:
+        result = run_job(spec)
+    command, peak = peaks.largest()
+    print(f"largest worker peak RSS: {peak / 1e9:.2f} GB ({command})")  # shown with -s: the figure the README quotes
+    assert not peaks.killed and peak < 1.5e9, f"{command} reached {peak / 1e9:.2f} GB"
+    out = tmp_path / "out"
+    kept = [json.loads(line)["id"] for f in sorted((out / "documents").glob("*.jsonl"))
+            for line in f.read_text().splitlines()]
+    assert kept == ["a0", "a1", "a2", "b0", "b1"]
+    read = next(s for s in result.stats["stages"] if s["stage"] == "00-read")
+    assert (read["docs_in"], read["docs_out"], read["dropped"]) == (6, 5, {"record_too_large": 1})
+    rows = [json.loads(line) for f in (out / "rejected").rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert [(r["id"], r["reason"], r["text"], r["detail"]) for r in rows] == [
+        ("bomb.jsonl.gz:3", "record_too_large", "", {"offset": offset, "size": size, "limit": 64 << 20})]

@@ -1,7 +1,8 @@
 """Input readers: turn the files a job names into documents, and malformed records into drops.
 
 Each format has its own small module; :func:`read_file` picks one and guarantees that a bad file
-never raises: what cannot be read becomes a :class:`~pipeline.stages.base.Drop` with a reason.
+never raises: what cannot be read becomes a :class:`~pipeline.stages.base.Drop` with a reason. Every reader bounds
+what one record may cost (``inputs[].max_record_bytes``, :mod:`pipeline.readers.bounded`).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _reader(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) ->
     if fmt == "documents":
         return read_documents(file_index, path, name, spec)
     if fmt == "warc":
-        return read_warc(file_index, path, name)
+        return read_warc(file_index, path, name, spec.max_record_bytes)
     if fmt == "text":
-        return read_text(file_index, path, name)
+        return read_text(file_index, path, name, spec.max_record_bytes)
     raise ValueError(f"unknown input format {fmt!r}")

@@ -1,8 +1,10 @@
 """JSON Lines (plain, gzip or zstandard), streamed line by line: one record per line.
 
 The record index is the 0-based line number, so a document's ``ord`` points at its line; blank lines
-count but yield nothing. A cut or corrupt compressed file yields what was readable, then one
-``truncated_file`` drop.
+count but yield nothing. A line over ``max_record_bytes`` is one ``record_too_large`` stub (its offset in the
+decompressed file and its size; the id is the made-up ``name:index``: the line is never parsed), read past in
+bounded memory (:mod:`pipeline.readers.bounded`). A cut or corrupt compressed file yields what was readable, then
+one ``truncated_file`` drop.
 """
 
 from __future__ import annotations
@@ -14,22 +16,27 @@ from typing import Any
 import orjson
 
 from pipeline.documents import Doc, Drop
+from pipeline.readers.bounded import TooLarge, lines, too_large
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
 from pipeline.readers.docs import drop, encodable, error_text, is_blank, make_doc, make_ord, meta_json, record_id
-from pipeline.spec import InputSpec
+from pipeline.spec import DEFAULT_MAX_RECORD_BYTES, InputSpec
 
 BOM = "\ufeff"
 
 
-def iter_records(file_index: int, path: str, name: str) -> Iterator[tuple[int, bytes, dict[str, Any]] | Drop]:
-    """Yield ``(record_index, raw_line, record)`` for each JSON object, or a Drop for a bad line."""
+def iter_records(
+    file_index: int, path: str, name: str, limit: int = DEFAULT_MAX_RECORD_BYTES
+) -> Iterator[tuple[int, bytes, dict[str, Any]] | Drop]:
+    """Yield ``(record_index, raw_line, record)`` for each JSON object, or a Drop for a bad line or one over
+    ``limit`` bytes."""
     next_index = 0
     with open_binary(path) as fh:
         try:
-            for line in fh:
-                if not line.endswith(b"\n"):  # the last line: make sure it is not cut short
-                    check_complete(fh)
+            for line in lines(fh, limit):  # the last line is checked not to be cut short
                 record_index, next_index = next_index, next_index + 1
+                if isinstance(line, TooLarge):
+                    yield too_large(name, file_index, record_index, limit, offset=line.offset, size=line.size)
+                    continue
                 line = line.rstrip(b"\r\n")
                 if line.strip():
                     yield parse_line(file_index, name, record_index, line)
@@ -87,7 +94,7 @@ def record_doc(
 def read_jsonl(
     file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., Doc | Drop] = record_doc
 ) -> Iterator[Doc | Drop]:
-    for item in iter_records(file_index, path, name):
+    for item in iter_records(file_index, path, name, spec.max_record_bytes):
         if isinstance(item, Drop):
             yield item
         else:

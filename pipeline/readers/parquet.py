@@ -1,15 +1,23 @@
-"""Parquet files read in row batches with pyarrow, one document per row."""
+"""Parquet files read in row batches with pyarrow, one document per row.
+
+A row with a string or binary value over ``max_record_bytes`` is one ``record_too_large`` stub (its id, the field,
+the value's size), found in Arrow before the batch becomes Python objects. What a file costs is bounded by its row
+groups, not by this limit: pyarrow decodes a column chunk of a row group at once.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import storage
 from pipeline.documents import Doc, Drop
-from pipeline.readers.docs import drop, error_text
+from pipeline.readers.bounded import too_large
+from pipeline.readers.docs import drop, error_text, record_id
 from pipeline.readers.jsonl import record_doc
 from pipeline.spec import InputSpec
 
@@ -28,8 +36,15 @@ def read_parquet(
     with pf:
         try:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-                for row in _rows(batch):
-                    if isinstance(row, Exception):
+                big = _oversized(batch, spec.max_record_bytes)
+                rows = iter(_rows(batch.filter([i not in big for i in range(batch.num_rows)]) if big else batch))
+                for i in range(batch.num_rows):
+                    row = big[i] if i in big else next(rows)
+                    if isinstance(row, TooBig):
+                        yield too_large(name, file_index, record_index, spec.max_record_bytes,
+                                        _big_row_id(batch, i, row, spec, name, record_index),
+                                        field=row.field, size=row.size)
+                    elif isinstance(row, Exception):
                         yield drop(name, file_index, record_index, "bad_record:unconvertible",
                                    error=error_text(row))
                     else:
@@ -37,6 +52,39 @@ def read_parquet(
                     record_index += 1
         except (OSError, pa.ArrowException) as exc:
             yield drop(name, file_index, record_index, "unreadable_file", error=error_text(exc))
+
+
+class TooBig(NamedTuple):
+    """A row's first string or binary value over the limit, and the fields of all of them."""
+
+    field: str
+    size: int
+    fields: tuple[str, ...]
+
+
+def _oversized(batch: pa.RecordBatch, limit: int) -> dict[int, TooBig]:
+    """The rows with a string or binary value over ``limit`` bytes."""
+    found: dict[int, TooBig] = {}
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        kind = column.type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+                or pa.types.is_large_binary(kind)):
+            continue
+        sizes = pc.binary_length(column)
+        over = pc.greater(sizes, limit)
+        if not pc.any(over).as_py():
+            continue
+        for i in pc.indices_nonzero(over).to_pylist():
+            first = found.get(i) or TooBig(name, sizes[i].as_py(), ())
+            found[i] = first._replace(fields=(*first.fields, name))
+    return found
+
+
+def _big_row_id(batch: pa.RecordBatch, i: int, big: TooBig, spec: InputSpec, name: str, record_index: int) -> str:
+    """The id of row ``i``, one of the rows too large to read: its id field unless that is one of the big values."""
+    if spec.id_field not in batch.schema.names or spec.id_field in big.fields:
+        return record_id({}, spec.id_field, name, record_index)
+    return record_id({spec.id_field: batch.column(spec.id_field)[i].as_py()}, spec.id_field, name, record_index)
 
 
 def _rows(batch: pa.RecordBatch) -> list[dict | Exception]:

@@ -21,7 +21,7 @@ RENDERED_FIELDS = {"instruction": ("instruction", "input", "output"), "chat": ("
 
 def read_sft(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
     consumed = (*RENDERED_FIELDS[fmt], spec.id_field)
-    for item in iter_records(file_index, path, name):
+    for item in iter_records(file_index, path, name, spec.max_record_bytes):
         if isinstance(item, Drop):
             yield item
             continue

@@ -8,19 +8,27 @@ takes a record without a ``Content-Length`` (a header block ended early by a gar
 as running to the end of the file, silently swallowing every record after it. A WARC record without
 a ``WARC-Type``, without a valid ``Content-Length``, or not followed by the blank line its length
 promises is a ``malformed_warc_record`` drop, and reading goes on at the next ``WARC/x.y`` line.
+
+A record over ``max_record_bytes`` (its headers and ``Content-Length``, or a payload whose HTTP
+``Content-Encoding`` decodes past the limit) is one ``record_too_large`` stub (its WARC-Record-ID, offset in the
+decompressed file, stored size) and is read past in chunks: its header block is read at most to the limit
+(:class:`_Tellable`'s budget), its payload only when it fits.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
+from warcio.bufferedreaders import BufferedReader as WarcBufferedReader
+from warcio.bufferedreaders import ChunkedDataReader
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.limitreader import LimitReader
 from warcio.recordloader import ArcWarcRecordLoader
 
 from pipeline.documents import Doc, Drop
+from pipeline.readers.bounded import too_large
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
 from pipeline.readers.docs import (
     MAX_RAW_BYTES,
@@ -51,7 +59,7 @@ MAX_LINE = 64 * 1024
 MALFORMED = "malformed_warc_record"
 
 
-def read_warc(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
+def read_warc(file_index: int, path: str, name: str, limit: int) -> Iterator[Doc | Drop]:
     index = 0
     loader = ArcWarcRecordLoader(verify_http=False, arc2warc=True)
     # decompressed here, not by warcio: warcio reads a cut .warc.gz as a shorter file without a word
@@ -66,8 +74,14 @@ def read_warc(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
                     yield drop(name, file_index, index, MALFORMED, raw, error="no WARC/x.y line where a record starts")
                     index += 1
                     continue
+                start = fh.tell() - len(line)
                 try:
-                    record = loader.parse_record_stream(fh, line, "warc" if is_warc else None)
+                    record = _parse(loader, fh, line, is_warc, limit)
+                except _OverLimit:  # its header block
+                    _, line = _skip_to_record(fh, b"")
+                    yield too_large(name, file_index, index, limit, offset=start, size=fh.tell() - len(line) - start)
+                    index += 1
+                    continue
                 except ArchiveLoadFailed as exc:  # not an archive at all, or a damaged record header
                     if index == 0:
                         yield drop(name, file_index, 0, "unreadable_file", error=error_text(exc))
@@ -78,7 +92,7 @@ def read_warc(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
                     continue
                 except EOFError:
                     break
-                item, line = _record(fh, record, is_warc, file_index, name, index)
+                item, line = _record(fh, record, is_warc, file_index, name, index, _Bound(start, limit))
                 index += 1
                 if item is not None:
                     yield item
@@ -87,37 +101,86 @@ def read_warc(file_index: int, path: str, name: str) -> Iterator[Doc | Drop]:
             yield drop(name, file_index, index, "truncated_file", error=str(exc))
 
 
+class _OverLimit(Exception):
+    """A record's header block, or its payload as decoded, ran past ``max_record_bytes``."""
+
+
+class _Bound(NamedTuple):
+    """Where the record being read starts (in the decompressed file) and the most it may take."""
+
+    start: int
+    limit: int
+
+
 class _Tellable:
-    """The decompressed stream with the ``tell()`` warcio's loader calls (it cannot seek: count bytes)."""
+    """The decompressed stream with the ``tell()`` warcio's loader calls (it cannot seek: count bytes).
+
+    While ``budget`` is set (the bytes a record's headers may still take) no read goes past it: warcio reads a
+    header line whole, and a header block of one endless line would otherwise be held whole.
+    """
 
     def __init__(self, fh: BinaryIO):
         self._fh = fh
         self._pos = 0
+        self.budget: int | None = None
+        #: whether the last byte read ended a line (where a skip to the next record may find its first line)
+        self.at_line_start = True
 
     def read(self, size: int | None = -1) -> bytes:
-        data = self._fh.read(-1 if size is None else size)
-        self._pos += len(data)
-        return data
+        return self._count(self._fh.read(self._bounded(size)))
 
     def readline(self, size: int | None = -1) -> bytes:
-        data = self._fh.readline(-1 if size is None else size)
-        self._pos += len(data)
-        return data
+        return self._count(self._fh.readline(self._bounded(size)))
 
     def tell(self) -> int:
         return self._pos
 
+    def _bounded(self, size: int | None) -> int:
+        size = -1 if size is None else size
+        if self.budget is None:
+            return size
+        return self.budget + 1 if size < 0 else min(size, self.budget + 1)
+
+    def _count(self, data: bytes) -> bytes:
+        self._pos += len(data)
+        if data:
+            self.at_line_start = data.endswith(b"\n")
+        if self.budget is not None:
+            self.budget -= len(data)
+            if self.budget < 0:
+                raise _OverLimit
+        return data
+
+
+def _parse(loader: ArcWarcRecordLoader, fh: _Tellable, line: bytes, is_warc: bool, limit: int) -> Any:
+    """The record whose first line is ``line``, its header blocks (WARC, then HTTP) read; they may not take more
+    than ``limit`` bytes (:class:`_OverLimit`)."""
+    fh.budget = limit - len(line)
+    try:
+        return loader.parse_record_stream(fh, line, "warc" if is_warc else None)
+    finally:
+        fh.budget = None
+
 
 def _record(
-    fh: _Tellable, record: Any, is_warc: bool, file_index: int, name: str, index: int
+    fh: _Tellable, record: Any, is_warc: bool, file_index: int, name: str, index: int, bound: _Bound
 ) -> tuple[Doc | Drop | None, bytes]:
     """The record's document or drop (None: not a document), and the first line of the next record."""
     problem = _header_problem(record) if is_warc else None
     # an ARC record has no id of its own: warcio makes up a random WARC-Record-ID for it on every read
     doc_id = (record.rec_headers.get_header("WARC-Record-ID") if is_warc else None) or default_id(name, index)
     raw = b""
-    if problem is None:
-        item = _record_doc(file_index, name, index, record, doc_id)
+    size = fh.tell() - bound.start + (record.raw_stream.limit if isinstance(record.raw_stream, LimitReader) else 0)
+    if problem is None and size > bound.limit:  # its payload is not read: _cut_short reads past it
+        item: Doc | Drop | None = too_large(name, file_index, index, bound.limit, doc_id, offset=bound.start, size=size)
+    elif problem is None:
+        try:
+            item = _record_doc(file_index, name, index, record, doc_id, bound.limit)
+        except _OverLimit:  # a payload that decodes past the limit (only an HTTP payload is decoded)
+            headers = record.http_headers
+            encoding = headers.get_header("Content-Encoding") or headers.get_header("Transfer-Encoding")
+            item = too_large(name, file_index, index, bound.limit, doc_id, offset=bound.start, size=size,
+                             content_encoding=encoding)
     elif isinstance(record.raw_stream, LimitReader):
         item, raw = None, record.raw_stream.read(MAX_RAW_BYTES)
     else:  # no usable length: the record would run to the end of the file
@@ -161,7 +224,7 @@ def _next_line(fh: _Tellable) -> tuple[bytes, int]:
 def _skip_to_record(fh: _Tellable, first: bytes) -> tuple[bytes, bytes]:
     """Read on to the next ``WARC/x.y`` line: ``(what was skipped, at most 10 KB; that line or b"")``."""
     raw = bytearray(first[:MAX_RAW_BYTES])
-    at_line_start = not first or first.endswith(b"\n")
+    at_line_start = first.endswith(b"\n") if first else fh.at_line_start
     while True:
         line = fh.readline(MAX_LINE)
         if not line:
@@ -182,7 +245,11 @@ def _cut_short(record: Any) -> bool:
     return stream.limit > 0
 
 
-def _record_doc(file_index: int, name: str, record_index: int, record: Any, doc_id: str) -> Doc | Drop | None:
+def _record_doc(
+    file_index: int, name: str, record_index: int, record: Any, doc_id: str, limit: int
+) -> Doc | Drop | None:
+    """The record's document or drop, None when it is no document; :class:`_OverLimit` when its payload decodes
+    (``Content-Encoding: gzip``, chunked) to more than ``limit`` bytes, read no further than that."""
     if record.rec_type == "response":
         ctype = _content_type(record)
         if not ctype.startswith(HTML_TYPES):
@@ -193,7 +260,9 @@ def _record_doc(file_index: int, name: str, record_index: int, record: Any, doc_
         return None
     headers = record.rec_headers
     url = headers.get_header("WARC-Target-URI")
-    payload = record.content_stream().read()
+    payload = _content_stream(record, limit).read(limit + 1)
+    if len(payload) > limit:
+        raise _OverLimit
     text, reason, error = _record_text(record.rec_type, payload, url)
     if reason is not None:
         return drop(name, file_index, record_index, reason, payload, doc_id, url=url, error=error)
@@ -203,6 +272,54 @@ def _record_doc(file_index: int, name: str, record_index: int, record: Any, doc_
         meta["http_status"] = record.http_headers.get_statuscode()
     meta.update({k.lower(): v for k, v in headers.headers if k.lower().startswith("x-")})
     return make_doc(doc_id, text, name, make_ord(file_index, record_index), meta_json(meta, ()))
+
+
+def _content_stream(record: Any, limit: int) -> Any:
+    """``record.content_stream()`` (its HTTP payload, chunks joined, ``Content-Encoding`` gzip or deflate decoded, as
+    warcio does it, fallbacks included) that inflates at most ``limit + 1`` bytes in all: warcio inflates a whole chunk
+    or block at once, up to ~1,032x its size, and a record that fits the limit could decode to a thousand times it."""
+    headers = record.http_headers
+    if not headers:
+        return record.raw_stream
+    encoding = (headers.get_header("Content-Encoding") or "").lower()
+    decoder = encoding if encoding in WarcBufferedReader.get_supported_decompressors() else None
+    chunked = headers.get_header("Transfer-Encoding") == "chunked"
+    if not chunked and decoder is None:
+        return record.raw_stream
+    return _CappedReader(record.raw_stream, limit + 1, chunked, decoder)
+
+
+class _CappedReader(ChunkedDataReader):
+    """warcio's chunked reader (a plain decoding one when ``chunked`` is false) whose decompressor stops after ``cap``
+    bytes in all, so that reading ``cap`` bytes of a bomb inflates no more than that."""
+
+    def __init__(self, stream: Any, cap: int, chunked: bool, decoder: str | None):
+        self.cap = cap  # before warcio's __init__, which makes the decompressor
+        super().__init__(stream, decomp_type=decoder)
+        self.not_chunked = not chunked
+
+    def _init_decomp(self, decomp_type: str | None) -> None:
+        super()._init_decomp(decomp_type)
+        if self.decompressor is not None:
+            self.decompressor = _Capped(self.decompressor, self)
+
+
+class _Capped:
+    """A zlib decompressor that inflates no more than what its reader's ``cap`` has left."""
+
+    def __init__(self, inner: Any, reader: _CappedReader):
+        self._inner = inner
+        self._reader = reader
+
+    def decompress(self, data: bytes) -> bytes:
+        if self._reader.cap <= 0:
+            return b""
+        out = self._inner.decompress(data, self._reader.cap)
+        self._reader.cap -= len(out)
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # unused_data, flush, eof...
+        return getattr(self._inner, name)
 
 
 def _record_text(rec_type: str, payload: bytes, url: str | None) -> tuple[str, str | None, str | None]:
