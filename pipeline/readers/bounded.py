@@ -8,6 +8,7 @@ decompressing stream, and what is past the limit is read on in chunks and counte
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -59,16 +60,18 @@ def lines(fh: BinaryIO, limit: int) -> Iterator[bytes | TooLarge]:
         offset += size
 
 
-def read_bounded(fh: BinaryIO, limit: int) -> bytes | TooLarge:
-    """The rest of ``fh`` (a whole text file), or a :class:`TooLarge` when it is over ``limit`` bytes."""
-    data = fh.read(limit + 1)
-    if len(data) <= limit:
-        return data
-    size = len(data)
-    del data
-    while chunk := fh.read(CHUNK):
+def read_bounded(fh: io.BufferedIOBase, limit: int) -> bytes | TooLarge:
+    """The rest of ``fh`` (a whole text file), or a :class:`TooLarge` when it is over ``limit`` bytes. Read a chunk at
+    a time (``read(limit + 1)`` would allocate the limit for every small file)."""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := fh.read1(CHUNK):
         size += len(chunk)
-    return TooLarge(0, size)
+        if size <= limit:
+            parts.append(chunk)
+        elif parts:
+            parts.clear()
+    return TooLarge(0, size) if size > limit else b"".join(parts)
 
 
 def too_large(name: str, file_index: int, record_index: int, limit: int, doc_id: str | None = None,
