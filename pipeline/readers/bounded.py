@@ -47,7 +47,7 @@ def lines(fh: BinaryIO, limit: int) -> Iterator[bytes | TooLarge]:
         if size == limit + 2 and not line.endswith(b"\n"):  # over the limit: count the rest, keep none of it
             while line and not line.endswith(b"\n"):
                 tail = line[-1:]
-                line = fh.readline(CHUNK)
+                line = readline(CHUNK)
                 size += len(line)
             line = tail + line  # what the end of line is judged on
         if not line.endswith(b"\n"):
