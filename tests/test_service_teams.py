@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,6 +38,8 @@ from service.store.models import JobState
 from tests.test_service_api import api  # noqa: F401 - a fixture
 from tests.test_service_artifacts import _client, finished_job, publish_output, serve
 from tests.test_service_store import postgres_url  # noqa: F401 - a fixture
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -388,3 +394,31 @@ def test_a_team_with_roots_of_its_own_writes_there_only(tmp_path):
         assert submit("admin", vision, "x1") == 201 and submit("admin", shared, "x2") == 201  # every root
         r = client.post("/v1/jobs", json=_spec(shared, "v3", "v3"), headers=keys["v"])
         assert r.json()["detail"][0]["loc"][:2] == ["body", "inputs"] and str(vision) in r.json()["detail"][0]["msg"]
+
+
+def test_serve_takes_a_teams_roots_as_team_equals_path(tmp_path, capsys):
+    shared, vision = _inputs(tmp_path / "shared"), _inputs(tmp_path / "vision")
+    state = ["--state-dir", str(tmp_path / "svc")]
+    tokens = {}
+    for name, team in (("v", "vision"), ("o", "other")):
+        assert main_apikey(["create", "--name", name, "--team", team, *state]) == 0
+        tokens[name] = capsys.readouterr().out.strip()
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", *state, "--port", "0", "--log-level",
+                             "warning", "--root", str(shared), "--root", f"vision={vision}"],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(60)
+        url = ready[0].removeprefix("ready on ").strip() if ready else ""
+        assert url.startswith("http://"), ready
+        for who, root, own in (("v", shared, vision), ("o", vision, shared)):  # each outside its own roots
+            with _client(url, tokens[who]) as c:
+                r = c.post("/v1/jobs", json=_spec(root, "x", "x"))
+            assert r.status_code == 403, r.text
+            assert all(str(own) in p["msg"] and str(root) not in p["msg"].split("(")[-1] for p in r.json()["detail"])
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
