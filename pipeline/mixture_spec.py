@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pipeline.nesting import TooDeep, load_yaml
-from pipeline.problems import Problem, SpecError, problems_of
+from pipeline.problems import Problem, SpecError, problems_of, validation_error
 
 #: 10^15 tokens: far beyond any corpus, and exact as a float
 MAX_TOKENS = 10**15
@@ -23,10 +23,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: the kind of the problem of a source whose name an earlier source has
+DUPLICATE_NAME = "duplicate_name"
+#: the fields that name a source's shard set: exactly one is given
+REFERENCES = ("path", "job", "schedule")
+
+
+def _given(field: str, kind: str) -> dict[str, Any]:
+    return {"required": [field], "properties": {field: {"type": kind}}}
+
+
+def _source_rules(schema: dict[str, Any]) -> None:
+    """:meth:`SourceSpec._one_of`'s rules in the JSON schema (a null field is one not given)."""
+    schema["allOf"] = [{"oneOf": [_given(k, "string") for k in REFERENCES]},
+                       {"oneOf": [_given("weight", "number"), _given("tokens", "integer")]},
+                       {"anyOf": [{"properties": {"version": {"type": "null"}}}, _given("schedule", "string")]}]
+    for option in schema["properties"]["version"]["anyOf"]:
+        if option.get("type") == "integer":
+            option["minimum"] = 1
+
+
 class SourceSpec(_Strict):
     """A shard set, named by exactly one of ``path`` (a folder, an object-store URI or an http(s) URL),
     ``job`` or ``schedule`` (a control-plane reference, resolved and pinned when the mixture is made), with
     exactly one of ``weight`` (share of the mixture's tokens) and ``tokens`` (an absolute budget)."""
+
+    model_config = ConfigDict(json_schema_extra=_source_rules)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     path: str | None = Field(None, min_length=1, max_length=4096)
@@ -39,7 +61,7 @@ class SourceSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_of(self) -> SourceSpec:
-        refs = [k for k in ("path", "job", "schedule") if getattr(self, k) is not None]
+        refs = [k for k in REFERENCES if getattr(self, k) is not None]
         if len(refs) != 1:
             raise ValueError("give exactly one of path, job, schedule")
         if self.version is not None and self.schedule is None:
@@ -64,16 +86,19 @@ class MixtureSpec(_Strict):
     sources: list[SourceSpec] = Field(min_length=1, max_length=256)
     total_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS, description="default: as much as the weighted "
                                      "sources give with each read at most max_epochs (default 1) times")
-    seed: int = Field(0, ge=0, lt=1 << 63)
+    #: at most 2**53 - 1: a JSON number any client reads exactly (a JSON schema checker compares in doubles too)
+    seed: int = Field(0, ge=0, le=(1 << 53) - 1)
     fill: Literal["error", "redistribute"] = Field("error", description="a source over max_epochs: an error, "
                                                    "or its shortfall spread over the other weighted sources")
 
     @model_validator(mode="after")
     def _unique(self) -> MixtureSpec:
+        """Names unique (a rule no JSON schema can state: the API's 422 names the later source's ``name``)."""
         seen: set[str] = set()
-        for s in self.sources:
+        for i, s in enumerate(self.sources):
             if s.name in seen:
-                raise ValueError(f"sources: the name {s.name!r} is used twice")
+                raise validation_error(type(self).__name__, [Problem(
+                    ("sources", i, "name"), f"the name {s.name!r} is used twice", DUPLICATE_NAME)])
             seen.add(s.name)
         return self
 

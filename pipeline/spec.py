@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, PrivateAttr, ValidationError, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from pipeline.nesting import Loader, TooDeep, check_json
 from pipeline.problems import SPEC_FILE, Loc, Problem, SpecError, problems_of, validation_error
@@ -90,6 +92,13 @@ class StageSpec(Strict):
         assert self._params is not None, "a StageSpec is validated when it is made"
         return self._params
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """``type``: one of the registered stages (what :meth:`_check_params` accepts), in the JSON schema too."""
+        schema = handler.resolve_ref_schema(handler(core))
+        schema["properties"]["type"]["enum"] = sorted(REGISTRY)
+        return schema
+
 
 class TrainTokenizerSpec(Strict):
     vocab_size: int = Field(8192, ge=260, le=1 << 20)
@@ -145,7 +154,17 @@ class ExecutionSpec(Strict):
     seed: int = 0
 
 
+def _documents_rule(schema: dict[str, Any]) -> None:
+    """The documents-only rule of :meth:`JobSpec._check_across_stages` in the JSON schema: a tokenizer (or none
+    given: the default one), or ``output.documents``."""
+    schema["anyOf"] = [
+        {"properties": {"tokenizer": {"type": "object"}}},
+        {"properties": {"output": {"required": ["documents"], "properties": {"documents": {"type": "string"}}}}}]
+
+
 class JobSpec(Strict):
+    model_config = ConfigDict(json_schema_extra=_documents_rule)
+
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     inputs: list[InputSpec] = Field(min_length=1)
     stages: list[StageSpec] = Field(default_factory=list)

@@ -11,10 +11,14 @@ tests/schemathesis_hooks.py points valid specs into the roots and records every 
 
 What schemathesis is told beyond the schema (``CONFIG``), each for a reason:
 
-- a spec's 422 for a schema-valid body is accepted on the four operations that take one: a job spec has rules
-  across fields (``tokenizer: null`` needs ``output.documents``) and against the filesystem (an input must match
-  a file) that no JSON schema can state, and a mixture spec rules across fields (one of ``job`` / ``schedule``,
-  one of ``weight`` / ``tokens``) and sources that must exist; every other operation's rules are all in the schema;
+- a 422 for a schema-valid body is let through schemathesis on the four operations that take a spec, and the
+  test then checks each of its problems (:func:`beyond_the_schema`): only the rules no JSON schema states may
+  be among them (:func:`stated_nowhere`: a stage's own params, the files a spec names, a cron expression's
+  values, a mixture's unique source names). The rules across fields are in the schema (``tokenizer: null``
+  needs ``output.documents``, a schedule's dedup stage, the stage types, no U+0000, this server's CPU cap and
+  Ray address; a mixture source's one of ``job`` / ``schedule`` and one of ``weight`` / ``tokens``), a source
+  that does not exist is a 404 and an update naming another folder than its schedule's a 409; every other
+  operation's rules are all in the schema;
 - ``GET .../events`` is aimed at the finished job: a queued job's stream lasts until the job ends, and a random
   id only ever gets the 404;
 - links are the schema's own, none inferred (an inferred one could lead to a queued job's event stream).
@@ -22,6 +26,7 @@ What schemathesis is told beyond the schema (``CONFIG``), each for a reason:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +39,8 @@ from pathlib import Path
 
 import httpx
 
+from pipeline.mixture_spec import DUPLICATE_NAME
+from pipeline.problems import PREFLIGHT
 from service.api.app import SETTINGS_ENV
 from service.settings import Settings
 from service.store import repo
@@ -44,7 +51,7 @@ from tests.ports import free_port
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
-#: positive_data_acceptance's default statuses, and 422
+#: positive_data_acceptance's default statuses, and 422 (each of its problems checked: :func:`beyond_the_schema`)
 SPEC_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
 CONFIG = f"""
 [[operations]]
@@ -139,10 +146,33 @@ def run_schemathesis(live: Live, tmp: Path, *, max_examples: int, seed: int = 1,
     statuses = tmp / "statuses.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SCHEMATHESIS_HOOKS": str(HOOKS),
            "TOKENMILL_FUZZ_INPUTS": live.inputs, "TOKENMILL_FUZZ_OUTPUT": str(live.output_root),
-           "TOKENMILL_FUZZ_STATUSES": str(statuses)}
+           "TOKENMILL_FUZZ_STATUSES": str(statuses), "TOKENMILL_FUZZ_REFUSED": str(tmp / REFUSED)}
     cmd = [str(SCHEMATHESIS), "--config-file", str(config), "run", f"{live.url}/openapi.json", "--checks", "all",
            "-H", f"Authorization: Bearer {live.token}", "--max-examples", str(max_examples), "--seed", str(seed),
            "--generation-database", "none", "--workers", "1", "--request-timeout", "10", "--no-color"]
     proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout_s)
     seen = Counter(statuses.read_text().splitlines()) if statuses.exists() else Counter()
     return proc, seen
+
+
+#: where :func:`run_schemathesis` has the hooks write each problem of a 422 to a valid body
+REFUSED = "refused.jsonl"
+
+
+def stated_nowhere(loc: list[str | int], kind: str) -> bool:
+    """A spec's rule no JSON schema states, by where a 422 names it below the spec (``body`` or ``body.spec``):
+    a stage's ``params`` (checked against the stage's own model, whose rules compare fields: near_dedup's bands
+    x rows <= num_perm, gopher_repetition's min_span >= ngram...), the files a spec names (a model, a benchmark
+    list, a tokenizer: ``preflight``), a cron expression's field values and dates (croniter's), and a mixture's
+    source names, unique across its list."""
+    rest = loc[2:] if loc[:2] == ["body", "spec"] else loc[1:]
+    return ((rest[:1] == ["stages"] and rest[2:3] == ["params"]) or kind in (PREFLIGHT, DUPLICATE_NAME)
+            or rest == ["cron"])
+
+
+def beyond_the_schema(tmp: Path) -> set[tuple[str, str, tuple[str | int, ...], str]]:
+    """Each problem of a 422 to a valid body in :func:`run_schemathesis`'s run in ``tmp`` that is not
+    :func:`stated_nowhere` (``(method, path, loc, type)``): a rule the schema should state; none in a good run."""
+    path = tmp / REFUSED
+    found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return {(m, p, tuple(loc), kind) for m, p, loc, kind in found if not stated_nowhere(loc, kind)}

@@ -55,7 +55,7 @@ from service.api.schemas import INT32_MAX
 from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
-from tests.live_api import live_api, run_schemathesis
+from tests.live_api import beyond_the_schema, live_api, run_schemathesis
 from tests.test_service_metrics import engine_events, seed_job
 from tests.test_service_store import postgres_url  # noqa: F401 - a fixture
 
@@ -148,6 +148,7 @@ def test_every_schemathesis_check_passes_against_a_live_server(tmp_path):
         proc, seen = run_schemathesis(live, tmp_path, max_examples=LIVE_EXAMPLES)
     assert proc.returncode == 0, proc.stdout[-12000:] + proc.stderr[-3000:]
     assert "passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-3000:]
+    assert beyond_the_schema(tmp_path) == set()
     _went_deep(seen)
 
 

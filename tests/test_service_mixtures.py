@@ -113,22 +113,23 @@ def test_a_version_pinned_mixture_keeps_reading_v1_after_v2_is_published(mixed, 
         MixtureLoader(data, 4, num_workers=0, bearer_token="wrong")
 
 
-@pytest.mark.parametrize("change, field, message", [
-    (lambda s, ids: s["sources"][0].update(job=None, path="/etc"), "sources.0.path", "the control plane blends"),
-    (lambda s, ids: s["sources"][1].update(job="0123456789abcdef"), "sources.1.job", "no job"),
-    (lambda s, ids: s["sources"][1].update(job=ids["odd"]), "sources.1",
+@pytest.mark.parametrize("change, status, field, message", [
+    (lambda s, ids: s["sources"][0].update(job=None, path="/etc"), 422, "sources.0.path", "the control plane blends"),
+    # a source that does not exist: what its own URL answers (issue 37)
+    (lambda s, ids: s["sources"][1].update(job="0123456789abcdef"), 404, "sources.1.job", "no job"),
+    (lambda s, ids: s["sources"][1].update(job=ids["odd"]), 422, "sources.1",
      "code and web differ in tokenizer_hash"),
-    (lambda s, ids: s["sources"][2].update(version=9), "sources.2.schedule", "has no version 9"),
-    (lambda s, ids: s["sources"][0].update(weight=-1), "sources.0.weight", "greater than 0"),
-    (lambda s, ids: s.update(total_tokens=10**6), "sources.2.max_epochs", "more than max_epochs 4"),
+    (lambda s, ids: s["sources"][2].update(version=9), 404, "sources.2.schedule", "has no version 9"),
+    (lambda s, ids: s["sources"][0].update(weight=-1), 422, "sources.0.weight", "greater than 0"),
+    (lambda s, ids: s.update(total_tokens=10**6), 422, "sources.2.max_epochs", "more than max_epochs 4"),
 ])
-def test_refusals_are_4xx_naming_the_field(mixed, change, field, message):
+def test_refusals_are_4xx_naming_the_field(mixed, change, status, field, message):
     url, _, token, _, ids = mixed
     body = spec(ids)
     change(body, ids)
     with _client(url, token) as c:
         r = c.post("/v1/mixtures", json=body)
-    assert r.status_code == 422, r.text
+    assert r.status_code == status, r.text
     found = [(".".join(str(x) for x in p["loc"][1:]), p["msg"]) for p in r.json()["detail"]]
     assert any(f == field and message in m for f, m in found), found
 
@@ -154,7 +155,7 @@ def test_mix_with_server_makes_it_remotely(mixed, tmp_path, capsys):
     assert f"mixture {same.json()['id']}: --data {url}{same.json()['data']}" in out and "schedule=" in out
     path.write_text(yaml.safe_dump({"sources": [{"name": "a", "job": "0123456789abcdef", "weight": 1}]}))
     assert mix.main([str(path), "--server", url, "--api-key", token]) == 2
-    assert "HTTP 422: sources.0.job: a: no job" in capsys.readouterr().err
+    assert "HTTP 404: sources.0.job: a: no job" in capsys.readouterr().err
 
 
 @pytest.mark.slow

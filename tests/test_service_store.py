@@ -24,7 +24,7 @@ from sqlalchemy.exc import DataError
 from service.store import repo
 from service.store.db import Database, ReadOnlyError
 from service.store.models import ApiKey, JobState, utcnow
-from tests.live_api import live_api, run_schemathesis
+from tests.live_api import beyond_the_schema, live_api, run_schemathesis
 
 PG_URLS = [os.environ["TOKENMILL_TEST_PG_URL"]] if os.environ.get("TOKENMILL_TEST_PG_URL") else [
     "postgresql+psycopg://root@/test?host=/var/run/postgresql",
@@ -355,6 +355,7 @@ def test_every_schemathesis_check_passes_against_a_live_server_on_postgres(postg
     finally:
         Database(postgres_url, schema=schema).drop_schema()
     assert proc.returncode == 0, proc.stdout[-12000:] + proc.stderr[-3000:]
+    assert beyond_the_schema(tmp_path) == set()
     for reached in ("POST /v1/jobs 201", "POST /v1/schedules 201", "GET /v1/jobs/{job_id}/events 200",
                     "GET /v1/jobs/{job_id}/events 422", "GET /v1/jobs/{job_id} 401"):
         assert seen[reached] > 0, (reached, sorted(seen.items()))

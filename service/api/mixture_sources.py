@@ -3,8 +3,11 @@ pinned when the mixture is created (``latest`` becomes the number it is then), a
 file as the artifacts URL path the trainer streams it from (``/v1/jobs/{id}/artifacts``,
 ``/v1/schedules/{id}/versions/{n}/artifacts``: relative to the server the mixture file is read from).
 
-A path or URL source is refused here (422): the service reads only its own outputs, never a location a
-client names; ``tokenmill mix`` blends those where they can be read.
+A path or URL source is refused here (422; the API's schema allows none): the service reads only its own
+outputs, never a location a client names; ``tokenmill mix`` blends those where they can be read. A source that
+cannot be used answers what its own artifacts URL would (404 no such job, schedule or version, or another
+team's; 409 a job that has not succeeded; 403, 410), when every refused source says the same; any other mix is
+a 422.
 """
 
 from __future__ import annotations
@@ -43,26 +46,29 @@ def _resolve_one(db: Database, settings: Settings, src: SourceSpec, team: str | 
 
 
 def resolve(db: Database, settings: Settings, spec: MixtureSpec, team: str | None) -> list[ResolvedSource]:
-    """Every source's manifest, pinned; :class:`Refused` (422) naming each source that cannot be used (another
-    team's job or schedule than ``team``'s, None: any, as an unknown one)."""
-    problems, out = [], []
+    """Every source's manifest, pinned; :class:`Refused` naming each source that cannot be used (another team's
+    job or schedule than ``team``'s, None: any, as an unknown one), with the status the module gives."""
+    problems, statuses, out = [], set(), []
     for i, src in enumerate(spec.sources):
         field = "path" if src.path is not None else "job" if src.job is not None else "schedule"
+        code, why = status.HTTP_422_UNPROCESSABLE_CONTENT, ""
         if src.path is not None:
-            problems.append(Problem(("sources", i, "path"), f"{src.name}: the control plane blends its own jobs and "
-                                    "schedule versions: give job or schedule (or run `tokenmill mix` where the "
-                                    "path can be read)", "mixture"))
-            continue
-        try:
-            out.append(_resolve_one(db, settings, src, team))
-        except HTTPException as exc:
-            problems.append(Problem(("sources", i, field), f"{src.name}: {exc.detail}", "mixture"))
-        except repo.NotFound as exc:
-            problems.append(Problem(("sources", i, field), f"{src.name}: {exc}", "mixture"))
-        except (OSError, ShardFormatError) as exc:
-            problems.append(Problem(("sources", i, field), f"{src.name}: no readable manifest ({exc})", "mixture"))
+            why = ("the control plane blends its own jobs and schedule versions: give job or schedule (or run "
+                   "`tokenmill mix` where the path can be read)")
+        else:
+            try:
+                out.append(_resolve_one(db, settings, src, team))
+                continue
+            except HTTPException as exc:
+                code, why = exc.status_code, str(exc.detail)
+            except repo.NotFound as exc:
+                code, why = status.HTTP_404_NOT_FOUND, str(exc)
+            except (OSError, ShardFormatError) as exc:
+                why = f"no readable manifest ({exc})"
+        problems.append(Problem(("sources", i, field), f"{src.name}: {why}", "mixture"))
+        statuses.add(code)
     if problems:
-        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, problems)
+        raise Refused(statuses.pop() if len(statuses) == 1 else status.HTTP_422_UNPROCESSABLE_CONTENT, problems)
     return out
 
 

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
 from pipeline.nesting import MAX_DEPTH
+from service.api.body_rules import state_service_rules
 from service.api.schemas import Message, ProblemList
 
 JSON = "application/json"
@@ -52,13 +53,16 @@ def links(param: str, targets: dict[str, tuple[str, str]]) -> dict[str, Any]:
 
 
 def install(app: FastAPI) -> None:
-    """Serve :func:`document_errors` of FastAPI's schema as ``app.openapi()`` (built once, on first use)."""
+    """Serve :func:`document_errors` of FastAPI's schema, with the service's rules on request bodies
+    (:func:`~service.api.body_rules.state_service_rules`), as ``app.openapi()`` (built once, on first use)."""
     build: Callable[[], dict[str, Any]] = app.openapi
     done: list[dict[str, Any]] = []
 
     def openapi() -> dict[str, Any]:
         if not done:
-            done.append(document_errors(build()))
+            schema = document_errors(build())
+            state_service_rules(schema, app.state.settings)
+            done.append(schema)
         return done[0]
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema

@@ -26,6 +26,7 @@ from pipeline import secret_fields
 from pipeline.spec import JobSpec
 from service.admission import NUL_MESSAGE
 from service.schedules.cron import MACROS, check_cron, check_timezone, upcoming
+from service.schedules.versions import DEDUP_STAGES
 from service.store.models import ApiKey, Attempt, Job, JobState, RunState, Schedule, ScheduleRun, ScheduleVersion
 from service.store.repo import AttemptRow
 
@@ -281,6 +282,16 @@ Zone = Annotated[str, Field(max_length=64, description="IANA name",
 ScheduleName = Annotated[Text, Field(min_length=1, max_length=200)]
 
 
+def _needs_dedup(schema: dict[str, Any]) -> None:
+    """A schedule's spec in the JSON schema: a job spec with an ``exact_dedup`` or ``near_dedup`` stage (what
+    :func:`service.api.routers.schedules.check_spec` refuses otherwise, ``dedup_required``)."""
+    rule = {"required": ["stages"], "properties": {"stages": {"contains": {
+        "required": ["type"], "properties": {"type": {"enum": list(DEDUP_STAGES)}}}}}}
+    for option in schema.get("anyOf", [schema]):  # SchedulePatch's: the spec, or null
+        if "$ref" in option:
+            option["allOf"] = [{"$ref": option.pop("$ref")}, rule]
+
+
 class ScheduleIn(BaseModel):
     """A job spec run on a cron schedule; every run reads only new or changed input files and publishes a
     new version in ``spec.output.path`` (``v000001/``, ``v000002/``..., ``latest``)."""
@@ -294,7 +305,7 @@ class ScheduleIn(BaseModel):
                                                   "or keep one and run it when that run ends (buffer_one)")
     paused: bool = False
     spec: JobSpec = Field(description="needs an exact_dedup or near_dedup stage (what earlier versions "
-                                      "published is dropped there)")
+                                      "published is dropped there)", json_schema_extra=_needs_dedup)
 
 
 class SchedulePatch(BaseModel):
@@ -304,7 +315,8 @@ class SchedulePatch(BaseModel):
     cron: Cron | None = None
     timezone: Zone | None = None
     overlap: Overlap | None = None
-    spec: JobSpec | None = Field(None, description="its output.path cannot change")
+    spec: JobSpec | None = Field(None, description="its output.path cannot change (409 naming it); needs an "
+                                                   "exact_dedup or near_dedup stage", json_schema_extra=_needs_dedup)
 
 
 class RunInputs(BaseModel):

@@ -66,8 +66,16 @@ class MixtureList(BaseModel):
     items: list[MixtureOut]
 
 
+#: a source that cannot be used, when every refused source has the same reason (service/api/mixture_sources.py)
+_SOURCES_REFUSED: dict[int | str, dict[str, Any]] = {code: {"model": schemas.ProblemList, "description": why}
+                                                     for code, why in (
+    (403, "a source's output lies outside the output roots"), (404, "no such job, schedule or version"),
+    (409, "a source's job has not succeeded"), (410, "a later job replaced a source's output"))}
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=MixtureOut, responses={
     200: {"model": MixtureOut, "description": "the same spec over the same pinned sources: the mixture made before"},
+    **_SOURCES_REFUSED,
     422: {"model": schemas.ProblemList, "description": "an invalid spec, a source that cannot be used or sources "
                                                        "that differ in tokenizer, seq_len or dtype: one problem each"},
 })

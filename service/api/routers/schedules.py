@@ -49,7 +49,8 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": schemas.Message, "
 _REFUSED: dict[int | str, dict[str, Any]] = {
     **access.forbidden("a path outside the roots or in another team's folder"),
     409: {"model": schemas.Message, "description": "another schedule publishes into or around this folder, or "
-                                                   "the folder holds other files, or versions it cannot adopt"},
+                                                   "the folder holds other files, or versions it cannot adopt; "
+                                                   "an update's spec names another folder than the schedule's"},
     422: {"model": schemas.ProblemList, "description": "an invalid schedule or spec: one problem per field path"},
 }
 
@@ -124,6 +125,18 @@ def with_stored_secrets(spec: JobSpec, stored: dict[str, Any]) -> JobSpec:
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, exc.problems, _SPEC_AT) from None
 
 
+def _same_folder(spec: JobSpec, current: str) -> None:
+    """An update's spec publishes where the schedule does: another folder is a 409 (the schedule's state decides,
+    not the body's schema), checked before the costlier checks of :func:`check_spec`."""
+    try:
+        out = os.path.realpath(spec.output.path)
+    except ValueError:  # U+0000: check_spec's admission names it (422)
+        return
+    if out != current:
+        raise repo.Conflict(f"spec.output.path: a schedule's versions stay in {current}; create another schedule "
+                            "for another folder")
+
+
 def _out(s: Any, sched: Schedule) -> schemas.ScheduleOut:
     runs = repo.runs_of(s, sched.id, limit=1)
     latest = repo.versions_of(s, sched.id)
@@ -179,10 +192,7 @@ def update_schedule(schedule_id: ScheduleId, body: schemas.SchedulePatch, key: C
             current, stored, team = sched.output_path, sched.spec, sched.team
             others = repo.schedule_outputs(s)
         body.spec = with_stored_secrets(body.spec, stored)
-        if os.path.realpath(body.spec.output.path) != current:
-            raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, [Problem(
-                ("output", "path"), f"a schedule's versions stay in {current}; create another schedule "
-                                    "for another folder", "output_fixed")], _SPEC_AT)
+        _same_folder(body.spec, current)
         check_spec(body.spec, settings, others, team, own_id=schedule_id)
     with db.session() as s:
         sched = repo.lock_schedule(s, schedule_id, access.team_scope(key))

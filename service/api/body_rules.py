@@ -1,0 +1,84 @@
+"""The request bodies' schemas with the rules the service checks beyond their pydantic models.
+
+A spec's model is the CLI's too; the service refuses more (:mod:`service.admission`,
+:mod:`service.api.mixture_sources`): a U+0000 in any string (422: PostgreSQL cannot store it), an
+``execution.address`` other than its own Ray, more CPUs than ``--max-job-cpus``, a mixture source given by
+``path``. :func:`state_service_rules` writes those into the OpenAPI schema of every model a request body holds,
+with this server's settings, so that a body the schema allows is one the server takes (what schemathesis'
+``positive_data_acceptance`` checks) and a client reads the limits before it sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from service.api.schemas import NUL_FREE
+from service.settings import Settings
+
+_REF = "#/components/schemas/"
+
+
+def state_service_rules(schema: dict[str, Any], settings: Settings) -> None:
+    """``schema`` (an OpenAPI document, changed in place) with the service's rules on its request bodies."""
+    components = schema.get("components", {}).get("schemas", {})
+    for name in _body_models(schema, components):
+        _no_nul(components[name])
+    execution = components.get("ExecutionSpec", {}).get("properties", {})
+    if "address" in execution:
+        # empty or absent: the service's own (admission reads "" as none given)
+        allowed = [{"type": "string", "maxLength": 0}, {"type": "null"}]
+        if settings.ray_address:
+            allowed.insert(0, {"type": "string", "enum": [settings.ray_address]})
+        execution["address"]["anyOf"] = allowed
+    source = components.get("SourceSpec")
+    if source is not None:  # the service blends its own outputs only (service/api/mixture_sources.py)
+        source["properties"].pop("path", None)
+        for rule in source.get("allOf", ()):
+            if "oneOf" in rule:
+                rule["oneOf"] = [o for o in rule["oneOf"] if o.get("required") != ["path"]]
+    cap = settings.job_cpu_cap
+    for name in ("num_cpus", "parallelism"):
+        for option in execution.get(name, {}).get("anyOf", ()):
+            if cap is not None and option.get("type") == "integer":
+                option["maximum"] = cap
+
+
+def _body_models(schema: dict[str, Any], components: dict[str, Any]) -> set[str]:
+    """The components a request body refers to, directly or through others."""
+    seen: set[str] = set()
+    todo = [ref for path in schema.get("paths", {}).values() for op in path.values()
+            for ref in _refs(op.get("requestBody", {}))]
+    while todo:
+        name = todo.pop()
+        if name not in seen and name in components:
+            seen.add(name)
+            todo.extend(_refs(components[name]))
+    return seen
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_REF):
+            yield ref.removeprefix(_REF)
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _no_nul(node: Any) -> None:
+    """Every string schema below ``node`` that has no pattern, enum or const of its own, and every key of an
+    open mapping: no U+0000."""
+    if isinstance(node, dict):
+        if node.get("type") == "string" and not {"pattern", "enum", "const"} & node.keys():
+            node["pattern"] = NUL_FREE
+        if node.get("type") == "object" and node.get("additionalProperties", True) is not False:
+            node.setdefault("propertyNames", {"pattern": NUL_FREE})
+        for value in node.values():
+            _no_nul(value)
+    elif isinstance(node, list):
+        for value in node:
+            _no_nul(value)
