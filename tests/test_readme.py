@@ -209,3 +209,9 @@ def test_the_control_plane_commands_as_written(tmp_path):
     assert manifest == json.loads((shards / "manifest.json").read_text())
     assert (tmp_path / "data" / "shards" / "cli" / "manifest.json").exists()   # submit with ../ paths
     assert "SUCCEEDED" in out
+    keys = [line.split() for line in out.splitlines() if line.split()[-1:] in (["me"], ["ops"], ["loader"])]
+    roles = {k[-1]: (k[-3], k[-2]) for k in keys}                                  # apikey list: role, team
+    assert roles == {"me": ("member", "default"), "ops": ("admin", "default"), "loader": ("reader", "vision")}, keys
+    audit = [line for line in out.splitlines() if "  POST /v1/jobs" in line]        # tokenmill audit
+    assert any(" ok " in line and "(me, member of default)" in line for line in audit), audit
+    assert any("/cancel" in line for line in audit) and any("/retry" in line for line in audit), audit
