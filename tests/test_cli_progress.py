@@ -183,7 +183,7 @@ class _FakeJob:
     outcome: BaseException | None = None
     instances: list[_FakeJob] = []
 
-    def __init__(self, spec, on_event=None, log_path=None):
+    def __init__(self, spec, on_event=None, log_path=None, **_):
         self.on_event, self.cancelled = on_event, threading.Event()
         _FakeJob.instances.append(self)
 

@@ -262,7 +262,7 @@ def test_an_unknown_key_id_is_read_once_per_ttl(tmp_path):
         assert client.get("/v1/jobs", headers=stranger).status_code == 401 and len(reads) == 3  # the TTL is over
         # a key inserted here under an id remembered as unknown works at once
         with app.state.db.session() as s:
-            s.add(ApiKey(id=new.id, name="late", secret_hash=new.secret_hash))
+            s.add(ApiKey(id=new.id, name="late", secret_hash=new.secret_hash, role="admin", team="default"))
         assert client.get("/v1/jobs", headers=stranger).status_code == 200
 
 

@@ -103,8 +103,8 @@ def test_a_failed_then_resumed_job_folds_to_the_summary_the_api_shows():
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
     row = SimpleNamespace(id="j1", name="j", state="SUCCEEDED", attempt=2, output_path="/o", created_at=now,
-                          updated_at=now, started_at=now, finished_at=now, failure_category=None, error_message=None,
-                          summary=chunked, spec={})
+                          team="default", updated_at=now, started_at=now, finished_at=now, failure_category=None,
+                          error_message=None, summary=chunked, spec={})
     shown = JobDetail.of_job(row, []).model_dump(mode="json")
     assert {k: shown[k] for k in ("phase", "shards", "samples", "tokens", "documents", "throughput", "timings",
                                   "resumed_phases", "progress", "series")} == {
