@@ -90,6 +90,25 @@ def test_migration_is_idempotent_and_at_head(database):
     assert version == "0005"
 
 
+def test_a_sqlite_database_is_readable_by_the_service_only(tmp_path):
+    """It holds the specs' secrets and the keys' hashes: created 0600, an older one tightened, WAL files alike."""
+    made = tmp_path / "state" / "new.db"
+    db = Database(f"sqlite:///{made}")
+    db.migrate()
+    with db.session() as s:
+        repo.create_key(s, "k", role="admin", team="default")
+    wal = sorted(made.parent.glob("new.db-*"))  # while a connection is open
+    assert wal, "WAL mode keeps -wal and -shm beside the database"
+    files = [made, *wal]
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} == {f.name: "0o600" for f in files}
+    db.dispose()
+    older = tmp_path / "old.db"
+    older.touch(mode=0o644)
+    older.chmod(0o644)
+    Database(f"sqlite:///{older}").dispose()
+    assert oct(older.stat().st_mode & 0o777) == "0o600"
+
+
 def test_the_models_agree_with_the_migrations(database):
     """A model changed without a revision (or the reverse) shows up here, on both backends."""
     from alembic.autogenerate import compare_metadata

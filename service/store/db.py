@@ -22,6 +22,8 @@ written by hand or started with ``alembic.command.revision(cfg, message=...)`` o
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -169,6 +171,7 @@ def _make_engine(url: URL, schema: str | None, echo: bool) -> Engine:
         if url.database in (None, "", ":memory:"):
             raise ValueError("database URL: use a SQLite file (several threads and processes share it)")
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        _private_file(Path(url.database))
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
@@ -179,6 +182,22 @@ def _make_engine(url: URL, schema: str | None, echo: bool) -> Engine:
     event.listen(engine, "checkin", _pg_checkin)
     event.listen(engine, "checkout", _pg_checkout_ping(engine))
     return engine
+
+
+def _private_file(path: Path) -> None:
+    """Make the SQLite file readable by the service's user only (0600), created so or tightened: it holds the
+    specs' secrets (:mod:`pipeline.secret_fields`) and the keys' hashes. SQLite gives its ``-wal`` and ``-shm``
+    files the database file's permissions, so they follow."""
+    path.parent.mkdir(parents=True, exist_ok=True)  # as the state folder is made: SQLite makes no folder
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)  # creates it 0600 (whatever the umask adds), or opens it
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for side in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{side}", 0o600)
 
 
 def _pg_checkin(dbapi_conn: Any, record: Any) -> None:
