@@ -26,6 +26,9 @@ NO_MATCH = "no_match"
 PREFLIGHT = "preflight"
 #: ``kind`` of a spec's own checks across fields (an unknown stage, two stages annotating one key)
 SPEC = "spec"
+#: ``kind`` of a stage parameter's rule that compares it with another of the stage's params (near_dedup's bands x
+#: rows <= num_perm): the only rules of a stage's ``params`` the API's OpenAPI schema does not state
+ACROSS_PARAMS = "params_across"
 #: ``kind`` of a spec file that cannot be read or parsed: its message starts with the file's name (and, for a
 #: syntax error, ``:LINE:COL``), which stands in for the field
 SPEC_FILE = "spec_file"
@@ -121,6 +124,12 @@ def from_pydantic(err: Any) -> Problem:
 def problems_of(exc: ValidationError) -> list[Problem]:
     """Every error of ``exc`` as a :class:`Problem`."""
     return [from_pydantic(err) for err in exc.errors()]
+
+
+def across_params(msg: str) -> PydanticCustomError:
+    """A ``Params`` validator's error for a rule comparing two params (kind :data:`ACROSS_PARAMS`), at the params
+    as a whole."""
+    return PydanticCustomError(ACROSS_PARAMS, msg.replace("{", "{{").replace("}", "}}"))
 
 
 def validation_error(title: str, problems: Sequence[Problem], value: Any = None) -> ValidationError:

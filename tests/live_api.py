@@ -13,9 +13,10 @@ What schemathesis is told beyond the schema (``CONFIG``), each for a reason:
 
 - a 422 for a schema-valid body is let through schemathesis on the four operations that take a spec, and the
   test then checks each of its problems (:func:`beyond_the_schema`): only the rules no JSON schema states may
-  be among them (:func:`stated_nowhere`: a stage's own params, the files a spec names, a cron expression's
-  values, a mixture's unique source names). The rules across fields are in the schema (``tokenizer: null``
-  needs ``output.documents``, a schedule's dedup stage, the stage types, no U+0000, this server's CPU cap and
+  be among them (:func:`stated_nowhere`: a stage's params compared with one another, the files a spec names,
+  a cron expression's values, a mixture's unique source names). The rules across fields are in the schema
+  (``tokenizer: null`` needs ``output.documents``, a schedule's dedup stage, the stage types and each one's
+  ``params``, one annotating stage per ``meta.filters`` key, no U+0000, this server's CPU cap and
   Ray address; a mixture source's one of ``job`` / ``schedule`` and one of ``weight`` / ``tokens``), a source
   that does not exist is a 404 and an update naming another folder than its schedule's a 409; every other
   operation's rules are all in the schema;
@@ -40,7 +41,7 @@ from pathlib import Path
 import httpx
 
 from pipeline.mixture_spec import DUPLICATE_NAME
-from pipeline.problems import PREFLIGHT
+from pipeline.problems import ACROSS_PARAMS, NO_MATCH, PREFLIGHT
 from service.api.app import SETTINGS_ENV
 from service.settings import Settings
 from service.store import repo
@@ -160,13 +161,19 @@ REFUSED = "refused.jsonl"
 
 
 def stated_nowhere(loc: list[str | int], kind: str) -> bool:
-    """A spec's rule no JSON schema states, by where a 422 names it below the spec (``body`` or ``body.spec``):
-    a stage's ``params`` (checked against the stage's own model, whose rules compare fields: near_dedup's bands
-    x rows <= num_perm, gopher_repetition's min_span >= ngram...), the files a spec names (a model, a benchmark
-    list, a tokenizer: ``preflight``), a cron expression's field values and dates (croniter's), and a mixture's
-    source names, unique across its list."""
+    """A spec's rule no JSON schema states, by where a 422 names it below the spec (``body`` or ``body.spec``)
+    and its ``type``:
+
+    - under a stage's ``params`` (the schema types them with each stage's ``Params`` model), only a rule that
+      compares two of them (``ACROSS_PARAMS``, ``params_across``): near_dedup's bands x rows <= num_perm,
+      decontaminate's min_words <= ngram and min_span >= ngram, pii's ``actions`` naming only pattern or
+      ``ner_entities`` types and its ``salt`` of 16 bytes or more when an action hashes;
+    - the files a spec names (a model, benchmarks, a spaCy pipeline, a tokenizer: ``preflight``, ``no_match``);
+    - a cron expression's field values and dates (croniter's);
+    - a mixture's source names, unique across its list."""
     rest = loc[2:] if loc[:2] == ["body", "spec"] else loc[1:]
-    return ((rest[:1] == ["stages"] and rest[2:3] == ["params"]) or kind in (PREFLIGHT, DUPLICATE_NAME)
+    params = rest[:1] == ["stages"] and rest[2:3] == ["params"]
+    return ((params and kind == ACROSS_PARAMS) or kind in (PREFLIGHT, NO_MATCH, DUPLICATE_NAME)
             or rest == ["cron"])
 
 

@@ -3,9 +3,12 @@ still refuses a body that breaks one, naming the field.
 
 - **In the schema** (checked with a JSON Schema 2020-12 validator against the app's own ``/openapi.json``):
   ``tokenizer: null`` needs ``output.documents``; a schedule's spec (created or updated) needs an
-  ``exact_dedup`` or ``near_dedup`` stage; a stage's ``type`` is a known one; no string holds U+0000; this
-  server's ``--max-job-cpus`` and Ray address; a mixture source is exactly one of ``job`` / ``schedule`` (a
-  ``path`` the service never reads), one of ``weight`` / ``tokens``, ``version`` only with ``schedule``.
+  ``exact_dedup`` or ``near_dedup`` stage; a stage's ``type`` is a known one, and its ``params`` that stage's
+  ``Params`` model (unknown params, wrong types, bounds, enums, both-or-neither), all but the rules comparing
+  two params, which the model refuses with their own type (``params_across``); one annotating stage per
+  ``meta.filters`` key; no string holds U+0000; this server's ``--max-job-cpus`` and Ray address; a mixture
+  source is exactly one of ``job`` / ``schedule`` (a ``path`` the service never reads), one of ``weight`` /
+  ``tokens``, ``version`` only with ``schedule``.
 - **Still refused** (on SQLite and PostgreSQL): each of those a 422 naming the field; an update's spec naming
   another folder than its schedule's is a 409 naming ``spec.output.path`` (the schedule's state, which no schema
   of the body can hold), one with U+0000 in that path a 422, not a 500; a mixture source that does not exist a
@@ -20,7 +23,11 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from pydantic import ValidationError
 
+from pipeline.problems import ACROSS_PARAMS
+from pipeline.spec import StageSpec
+from pipeline.stages import REGISTRY
 from service.api.app import create_app
 from service.settings import Settings
 from tests.test_service_api import _spec, api  # noqa: F401 - a fixture
@@ -60,6 +67,86 @@ def test_the_schema_states_the_job_spec_rules(openapi):
     assert ok(_with(JOB, execution={"num_cpus": 2, "parallelism": 2}))
     assert not ok(_with(JOB, execution={"num_cpus": 3})) and not ok(_with(JOB, execution={"parallelism": 3}))
     assert ok(_with(JOB, execution={"address": None})) and not ok(_with(JOB, execution={"address": "ray://x:1"}))
+
+
+def _stage_ok(openapi: dict[str, Any], stage: dict[str, Any]) -> bool:
+    return _body_ok(openapi, "post", "/v1/jobs", _with(JOB, stages=[stage]))
+
+
+#: the params a stage requires (decontaminate's in preflight, which the schema states)
+REQUIRED = {"quality_classifier": {"model": "/d/m.bin"}, "decontaminate": {"benchmarks": ["/d/b.jsonl"]}}
+
+
+@pytest.mark.parametrize("stage", sorted(REGISTRY))
+def test_the_schema_types_each_stages_params(openapi, stage):
+    """Each stage's ``params`` is its ``Params`` model in the schema: an unknown param, or a known one of the
+    wrong type, is refused there as the server refuses it (the params' required fields given)."""
+    given = REQUIRED.get(stage, {})
+    assert _stage_ok(openapi, {"type": stage, "params": given})
+    assert not _stage_ok(openapi, {"type": stage, "params": {**given, "no_such_param": 1}})
+    assert not _stage_ok(openapi, {"type": stage, "params": {**given, "mode": 3}})
+    assert not _stage_ok(openapi, {"type": stage, "params": []})
+
+
+@pytest.mark.parametrize("stage, valid", [
+    ({"type": "length", "params": {"min_chars": "x"}}, False),
+    ({"type": "length", "params": {"min_chars": -1}}, False),
+    ({"type": "normalize", "params": {"form": "NFC", "strip": False}}, True),
+    ({"type": "normalize", "params": {"form": "nope"}}, False),
+    ({"type": "quality_classifier"}, False), ({"type": "quality_classifier", "params": {}}, False),  # model
+    ({"type": "pii", "params": {"phone_regions": ["DE"]}}, True),
+    ({"type": "near_dedup", "params": {"bands": 4, "rows": 8}}, True),
+    ({"type": "near_dedup", "params": {"bands": 4}}, False),  # both or neither
+    ({"type": "near_dedup", "params": {"bands": None, "rows": 8}}, False),
+    ({"type": "near_dedup", "params": {"bands": None, "rows": None}}, True),
+    ({"type": "pii", "params": {"entities": ["EMAIL_ADDRESS"]}}, True),
+    ({"type": "pii", "params": {"extra_entities": ["NO_SUCH_ENTITY"]}}, False),
+    ({"type": "stored_filters", "params": {"rules": [{"filter": "f", "score": "s", "max": 1}]}}, True),
+    ({"type": "stored_filters", "params": {"rules": [{"filter": "f", "score": "s", "min": None}]}}, False),
+    ({"type": "gopher_repetition", "params": {"top_ngram_char_ratio": {"3": 0.2}}}, True),
+    ({"type": "gopher_repetition", "params": {"top_ngram_char_ratio": {"three": 0.2}}}, False),
+])
+def test_the_schema_states_each_params_rule_of_one_field(openapi, stage, valid):
+    assert _stage_ok(openapi, stage) is valid
+    try:  # the server's model agrees
+        StageSpec.model_validate(stage)
+    except ValidationError:
+        assert not valid
+    else:
+        assert valid
+
+
+def test_the_schema_states_what_preflight_checks_of_params_without_a_file(openapi):
+    """A pii region phonenumbers does not know, a decontaminate stage without benchmarks: the model takes them,
+    preflight (a 422 too) does not."""
+    assert not _stage_ok(openapi, {"type": "pii", "params": {"phone_regions": ["XX"]}})
+    assert not _stage_ok(openapi, {"type": "decontaminate"})
+    assert not _stage_ok(openapi, {"type": "decontaminate", "params": {"benchmarks": []}})
+
+
+def test_the_schema_states_one_annotating_stage_per_key(openapi):
+    """Two stages writing one ``meta.filters`` key may not both annotate (``annotate_conflict``)."""
+    annotate = {"type": "length", "params": {"mode": "annotate"}}
+    ok = lambda *stages: _body_ok(openapi, "post", "/v1/jobs", _with(JOB, stages=list(stages)))  # noqa: E731
+    assert ok(annotate, {"type": "length"}, {"type": "c4", "params": {"mode": "annotate"}})
+    assert ok(annotate, {"type": "length", "params": {"mode": "filter"}})
+    assert not ok(annotate, {"type": "normalize"}, annotate)
+
+
+@pytest.mark.parametrize("stage", [
+    {"type": "near_dedup", "params": {"bands": 32, "rows": 8}},  # bands x rows > num_perm
+    {"type": "decontaminate", "params": {**REQUIRED["decontaminate"], "ngram": 8, "min_words": 9}},
+    {"type": "decontaminate", "params": {**REQUIRED["decontaminate"], "ngram": 8, "min_span": 7}},
+    {"type": "pii", "params": {"actions": {"PERSON": "keep"}, "ner_entities": ["LOCATION"]}},
+    {"type": "pii", "params": {"default_action": "hash", "salt": "short"}},
+])
+def test_the_rules_across_params_are_the_only_ones_the_schema_leaves_out(openapi, stage):
+    """What the schema cannot state (one param compared with another) is refused by the model, with its own
+    ``type`` (what tests/live_api.py lets through schemathesis' positive runs)."""
+    assert _stage_ok(openapi, stage)
+    with pytest.raises(ValidationError) as err:
+        StageSpec.model_validate(stage)
+    assert [e["type"] for e in err.value.errors()] == [ACROSS_PARAMS], err.value.errors()
 
 
 def test_the_schema_states_that_a_schedule_needs_a_dedup_stage(openapi):

@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from pipeline.decontam.index import (
     DEFAULT_COMMON_ITEMS,
@@ -39,7 +39,7 @@ from pipeline.decontam.index import (
 )
 from pipeline.decontam.match import DEFAULT_MIN_SPAN, DEFAULT_MIN_SPAN_SHARE, Matcher
 from pipeline.documents import Doc, Drop
-from pipeline.problems import NO_MATCH, ParamError
+from pipeline.problems import NO_MATCH, ParamError, across_params
 from pipeline.stages.base import FilterParams, FilterStage, Verdict
 
 #: PaLM's contamination criterion: an example is contaminated when >= 70 % of its n-grams occur in the
@@ -47,10 +47,17 @@ from pipeline.stages.base import FilterParams, FilterStage, Verdict
 DEFAULT_MIN_OVERLAP = 0.7
 
 
+def _benchmarks_required(schema: dict[str, Any]) -> None:
+    """The JSON schema says what preflight checks: ``benchmarks``, one at least."""
+    schema["required"] = ["benchmarks"]
+
+
 class DecontaminateParams(FilterParams):
+    model_config = ConfigDict(json_schema_extra=_benchmarks_required)
+
     #: benchmark files (JSONL(.gz/.zst) or Parquet), folders or globs; relative to the spec's folder.
     #: Required, but checked by preflight (a spec naming the stage bare still parses, like every stage)
-    benchmarks: list[str] = Field(default_factory=list)
+    benchmarks: list[str] = Field(default_factory=list, json_schema_extra={"minItems": 1})
     ngram: int = Field(DEFAULT_NGRAM, ge=1, le=64)
     #: an item shorter than ngram is one gram if it has min_words words holding a letter (else skipped)
     min_words: int = Field(DEFAULT_MIN_WORDS, ge=1)
@@ -74,10 +81,10 @@ class DecontaminateParams(FilterParams):
     @model_validator(mode="after")
     def _short_items(self) -> DecontaminateParams:
         if self.min_words > self.ngram:
-            raise ValueError(f"min_words ({self.min_words}) must not exceed ngram ({self.ngram})")
+            raise across_params(f"min_words ({self.min_words}) must not exceed ngram ({self.ngram})")
         if self.min_span < self.ngram:
-            raise ValueError(f"min_span ({self.min_span}) must be at least ngram ({self.ngram}): a span is a run of "
-                             "n-grams")
+            raise across_params(f"min_span ({self.min_span}) must be at least ngram ({self.ngram}): a span is a "
+                                "run of n-grams")
         return self
 
 

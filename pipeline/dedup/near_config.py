@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kernels.minhash import MinHasher, optimal_param
+from pipeline.problems import across_params
 
 #: the stage's name: in specs, in its index folder and in the index's meta
 NAME = "near_dedup"
@@ -21,8 +22,16 @@ NAME = "near_dedup"
 SIGN_BATCH = 512
 
 
+def _bands_and_rows(schema: dict[str, Any]) -> None:
+    """:meth:`NearDedupParams._check_bands`' both-or-neither in the JSON schema (its product with ``num_perm``
+    is not a JSON schema's to state)."""
+    schema["anyOf"] = [{"required": ["bands", "rows"], "properties": {"bands": {"type": "integer"},
+                                                                         "rows": {"type": "integer"}}},
+                       {"properties": {"bands": {"type": "null"}, "rows": {"type": "null"}}}]
+
+
 class NearDedupParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_bands_and_rows)
     threshold: float = Field(0.8, gt=0.0, lt=1.0)
     num_perm: int = Field(128, ge=2, le=1024)
     #: LSH bands x rows; default: datasketch's optimum for the threshold (weighted towards recall
@@ -46,7 +55,7 @@ class NearDedupParams(BaseModel):
         if (self.bands is None) != (self.rows is None):
             raise ValueError("give both bands and rows, or neither")
         if self.bands is not None and self.bands * self.rows > self.num_perm:
-            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+            raise across_params(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
         return self
 
 

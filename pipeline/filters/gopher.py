@@ -18,9 +18,10 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, filterfalse
+from typing import Annotated
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from kernels import word_classes
 from pipeline.documents import Doc, Drop
@@ -167,6 +168,11 @@ def _dup_ngram_table() -> dict[int, float]:
     return {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
 
 
+#: n -> a limit, n an n-gram's size: in JSON a key of digits (pydantic reads it as an int), so the schema says
+NGramLimits = Annotated[dict[int, float], WithJsonSchema({
+    "type": "object", "propertyNames": {"pattern": "^[0-9]+$"}, "additionalProperties": {"type": "number"}})]
+
+
 class GopherRepetitionParams(FilterParams):
     """Defaults: Rae et al. 2021, table A1 ("Thresholds for repetitious text"). Every fraction is of the
     document's characters; rules run in datatrove's order (paragraphs, lines, top n-grams, duplicate n-grams)."""
@@ -180,10 +186,10 @@ class GopherRepetitionParams(FilterParams):
     #: "duplicate line character fraction 0.20"
     max_dup_line_char_ratio: float | None = Field(0.20, ge=0, le=1)
     #: n -> limit on the characters covered by the most frequent n-gram (its length with spaces x its count)
-    top_ngram_char_ratio: dict[int, float] = Field(default_factory=_ngram_table)
+    top_ngram_char_ratio: NGramLimits = Field(default_factory=_ngram_table)
     #: n -> limit on the characters of n-grams that repeat an earlier one (a greedy scan that skips a repeated
     #: n-gram whole, as datatrove's ``find_all_duplicate``; lengths without spaces, as there)
-    dup_ngram_char_ratio: dict[int, float] = Field(default_factory=_dup_ngram_table)
+    dup_ngram_char_ratio: NGramLimits = Field(default_factory=_dup_ngram_table)
     #: the language of a document without ``meta["lang"]``
     language: str = "en"
 

@@ -14,17 +14,24 @@ is kept and counted as ``missing:<filter>``: the stage cannot judge what was nev
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from pipeline.documents import Doc
 from pipeline.filters.annotations import first_failure, stored_verdicts
 from pipeline.stages.base import FilterParams, FilterStage, StageParams, Verdict
 
 
+def _bounded_schema(schema: dict[str, Any]) -> None:
+    """:meth:`ScoreRule._bounded` in the JSON schema: a ``min`` or a ``max`` that is not null."""
+    schema["anyOf"] = [{"required": [bound], "properties": {bound: {"type": "number"}}} for bound in ("min", "max")]
+
+
 class ScoreRule(StageParams):
     """Keep a document only when its stored score ``filter.scores[score]`` is within ``[min, max]``."""
+
+    model_config = ConfigDict(json_schema_extra=_bounded_schema)
 
     filter: str
     score: str

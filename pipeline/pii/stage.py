@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import phonenumbers
 from pydantic import Field, model_validator
@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 from pipeline.documents import Doc, Drop
 from pipeline.pii.prefilter import GATES
 from pipeline.pii.spacy_path import check_pipeline
-from pipeline.problems import ParamError
+from pipeline.problems import ACROSS_PARAMS, ParamError
 from pipeline.secret_fields import REDACTED, Secret
 from pipeline.stages.base import Stage, StageParams
 
@@ -41,6 +41,10 @@ Action = Literal["placeholder", "hash", "keep"]
 #: entity types a pattern recognizer can find (``pipeline.pii.analyzer.all_entities()``; a test keeps
 #: them equal); the names Presidio gives them
 PATTERN_ENTITIES = frozenset(GATES) | {"PHONE_NUMBER"}
+#: one of :data:`PATTERN_ENTITIES`, listed in the JSON schema (what :meth:`PiiParams._known` accepts)
+PatternEntity = Annotated[str, Field(json_schema_extra={"enum": sorted(PATTERN_ENTITIES)})]
+#: a region phonenumbers knows, listed in the JSON schema (what :meth:`PiiStage.preflight` accepts)
+PhoneRegion = Annotated[str, Field(json_schema_extra={"enum": sorted(phonenumbers.SUPPORTED_REGIONS)})]
 
 
 class PiiParams(StageParams):
@@ -48,9 +52,9 @@ class PiiParams(StageParams):
     mode: Literal["redact", "annotate"] = "redact"
     #: pattern entity types to find; None: ``pipeline.pii.analyzer.DEFAULT_ENTITIES`` (the types that identify
     #: or reach a person; DATE_TIME, UUID, URL, MAC_ADDRESS, UK_NHS, PL_PESEL, IT_VAT_CODE left out)
-    entities: list[str] | None = Field(None, min_length=1)
+    entities: list[PatternEntity] | None = Field(None, min_length=1)
     #: types added to ``entities`` (or to the default set): ``[DATE_TIME, UUID]`` switches those back on
-    extra_entities: list[str] = Field(default_factory=list)
+    extra_entities: list[PatternEntity] = Field(default_factory=list)
     #: action per entity type; types not listed get ``default_action``
     actions: dict[str, Action] = Field(default_factory=dict)
     default_action: Action = "placeholder"
@@ -67,7 +71,7 @@ class PiiParams(StageParams):
     score_threshold: float = Field(0.4, ge=0.0, le=1.0)
     #: regions whose national number formats count as valid phone numbers; None: the defaults
     #: (``pipeline.pii.analyzer.PHONE_REGIONS``)
-    phone_regions: list[str] | None = Field(None, min_length=1)
+    phone_regions: list[PhoneRegion] | None = Field(None, min_length=1)
     #: a spaCy pipeline directory for named entities (optional; nothing is downloaded)
     spacy_model: str | None = None
     #: Presidio entity types taken from ``spacy_model``
@@ -81,11 +85,11 @@ class PiiParams(StageParams):
                 raise ParamError(field, f"unknown {unknown} (known: {', '.join(sorted(PATTERN_ENTITIES))})")
         known = PATTERN_ENTITIES | set(self.ner_entities)
         if unknown := sorted(set(self.actions) - known):
-            raise ParamError("actions", f"unknown entity types {unknown}")
+            raise ParamError("actions", f"unknown entity types {unknown}", ACROSS_PARAMS)  # ner_entities too
         uses_hash = self.default_action == "hash" or "hash" in self.actions.values()
         # REDACTED: a spec sent back as a response showed it, for the stored value (secret_fields.keep_stored)
         if uses_hash and self.salt != REDACTED and len(self.salt.encode()) < 16:
-            raise ParamError("salt", "the hash action needs a secret salt of at least 16 bytes")
+            raise ParamError("salt", "the hash action needs a secret salt of at least 16 bytes", ACROSS_PARAMS)
         return self
 
 

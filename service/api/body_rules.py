@@ -3,8 +3,9 @@
 A spec's model is the CLI's too; the service refuses more (:mod:`service.admission`,
 :mod:`service.api.mixture_sources`): a U+0000 in any string (422: PostgreSQL cannot store it), an
 ``execution.address`` other than its own Ray, more CPUs than ``--max-job-cpus``, a mixture source given by
-``path``. :func:`state_service_rules` writes those into the OpenAPI schema of every model a request body holds,
-with this server's settings, so that a body the schema allows is one the server takes (what schemathesis'
+``path``; and a stage's ``params`` are its own ``Params`` model (the spec model checks them after parsing).
+:func:`state_service_rules` writes those into the OpenAPI schema of every model a request body holds, with this
+server's settings, so that a body the schema allows is one the server takes (what schemathesis'
 ``positive_data_acceptance`` checks) and a client reads the limits before it sends.
 """
 
@@ -13,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from pydantic.json_schema import models_json_schema
+
+from pipeline.stages import REGISTRY, stage_class
 from service.api.schemas import NUL_FREE
 from service.settings import Settings
 
@@ -22,6 +26,8 @@ _REF = "#/components/schemas/"
 def state_service_rules(schema: dict[str, Any], settings: Settings) -> None:
     """``schema`` (an OpenAPI document, changed in place) with the service's rules on its request bodies."""
     components = schema.get("components", {}).get("schemas", {})
+    _type_stage_params(components)
+    _one_annotating_stage_each(components)
     for name in _body_models(schema, components):
         _no_nul(components[name])
     execution = components.get("ExecutionSpec", {}).get("properties", {})
@@ -42,6 +48,51 @@ def state_service_rules(schema: dict[str, Any], settings: Settings) -> None:
         for option in execution.get(name, {}).get("anyOf", ()):
             if cap is not None and option.get("type") == "integer":
                 option["maximum"] = cap
+
+
+def _type_stage_params(components: dict[str, Any]) -> None:
+    """``StageSpec`` as a choice on ``type``: one component per registered stage (``StageSpec_<type>``) whose
+    ``params`` is the stage's own ``Params`` model (its JSON schema, a component of its own), ``params`` required
+    where that schema requires a field. The spec model keeps ``params`` a plain mapping (stages are imported
+    only when a spec names them); here, where the schema is built once, every stage is. What is left out is
+    what no JSON schema states: a param compared with another (:data:`~pipeline.problems.ACROSS_PARAMS`)."""
+    if "StageSpec" not in components:
+        return
+    models = {name: stage_class(name).Params for name in sorted(REGISTRY)}
+    refs, defs = models_json_schema([(model, "validation") for model in models.values()],
+                                    ref_template=_REF + "{model}")
+    for name, model_schema in defs.get("$defs", {}).items():
+        if components.setdefault(name, model_schema) != model_schema:
+            raise ValueError(f"two schemas named {name!r}: a stage's Params and another model")
+    mapping = {}
+    for name, model in models.items():
+        component = f"StageSpec_{name}"
+        ref = refs[(model, "validation")]
+        params_required = bool(components[ref["$ref"].removeprefix(_REF)].get("required"))
+        components[component] = {
+            "type": "object", "title": f"StageSpec ({name})", "additionalProperties": False,
+            "properties": {"type": {"const": name}, "params": ref},
+            "required": ["type", "params"] if params_required else ["type"]}
+        mapping[name] = _REF + component
+    components["StageSpec"] = {"title": "StageSpec", "oneOf": [{"$ref": ref} for ref in mapping.values()],
+                               "discriminator": {"propertyName": "type", "mapping": mapping}}
+
+
+def _one_annotating_stage_each(components: dict[str, Any]) -> None:
+    """:meth:`~pipeline.spec.JobSpec._check_across_stages`' ``annotate_conflict`` in the schema: of the stages
+    writing one ``meta.filters`` key (their class's ``name``), at most one with ``params.mode: annotate``."""
+    stages = components.get("JobSpec", {}).get("properties", {}).get("stages")
+    if stages is None:
+        return
+    keys: dict[str, list[str]] = {}
+    for name in sorted(REGISTRY):
+        stage = stage_class(name)
+        if "mode" in stage.Params.model_fields:
+            keys.setdefault(stage.name, []).append(name)
+    stages["allOf"] = [{"minContains": 0, "maxContains": 1, "contains": {
+        "required": ["type", "params"], "properties": {
+            "type": {"enum": names}, "params": {"required": ["mode"], "properties": {"mode": {"const": "annotate"}}}}}}
+        for names in keys.values()]
 
 
 def _body_models(schema: dict[str, Any], components: dict[str, Any]) -> set[str]:
