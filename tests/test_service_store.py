@@ -105,7 +105,9 @@ def test_a_sqlite_database_is_readable_by_the_service_only(tmp_path):
     older = tmp_path / "old.db"
     older.touch(mode=0o644)
     older.chmod(0o644)
-    Database(f"sqlite:///{older}").dispose()
+    db = Database(f"sqlite:///{older}")
+    db.engine.connect().close()
+    db.dispose()
     assert oct(older.stat().st_mode & 0o777) == "0o600"
 
 

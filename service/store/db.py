@@ -171,7 +171,6 @@ def _make_engine(url: URL, schema: str | None, echo: bool) -> Engine:
         if url.database in (None, "", ":memory:"):
             raise ValueError("database URL: use a SQLite file (several threads and processes share it)")
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
-        _private_file(Path(url.database))
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
@@ -182,22 +181,6 @@ def _make_engine(url: URL, schema: str | None, echo: bool) -> Engine:
     event.listen(engine, "checkin", _pg_checkin)
     event.listen(engine, "checkout", _pg_checkout_ping(engine))
     return engine
-
-
-def _private_file(path: Path) -> None:
-    """Make the SQLite file readable by the service's user only (0600), created so or tightened: it holds the
-    specs' secrets (:mod:`pipeline.secret_fields`) and the keys' hashes. SQLite gives its ``-wal`` and ``-shm``
-    files the database file's permissions, so they follow."""
-    path.parent.mkdir(parents=True, exist_ok=True)  # as the state folder is made: SQLite makes no folder
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)  # creates it 0600 (whatever the umask adds), or opens it
-    try:
-        if os.fstat(fd).st_mode & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    for side in ("-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(f"{path}{side}", 0o600)
 
 
 def _pg_checkin(dbapi_conn: Any, record: Any) -> None:
@@ -226,10 +209,25 @@ def _pg_checkout_ping(engine: Engine) -> Callable[[Any, Any, Any], None]:
 def _sqlite_connect(dbapi_conn: Any, record: Any) -> None:
     dbapi_conn.isolation_level = None  # the driver emits no BEGIN of its own: _sqlite_begin does
     cur = dbapi_conn.cursor()
+    _private_files(cur)
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cur.close()
+
+
+def _private_files(cur: Any) -> None:
+    """Make the SQLite file readable by the service's user only (0600): it holds the specs' secrets
+    (:mod:`pipeline.secret_fields`) and the keys' hashes. Done as each connection opens, before WAL mode: SQLite
+    has just made a new file (empty, with the umask's mode) and gives the ``-wal`` and ``-shm`` files it makes
+    the database file's mode; an older, readable database is tightened the same way."""
+    for _, name, path in cur.execute("PRAGMA database_list").fetchall():
+        if name != "main" or not path:
+            continue
+        for file in (path, f"{path}-wal", f"{path}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(file).st_mode & 0o077:
+                    os.chmod(file, 0o600)
 
 
 def _sqlite_begin(conn: Any) -> None:
