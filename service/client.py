@@ -28,6 +28,7 @@ from uvicorn.supervisors.multiprocess import Multiprocess
 
 from pipeline.job import events as ev
 from pipeline.problems import SpecError, problems_of
+from service.roles import DEFAULT_ROLE, Role
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -211,7 +212,7 @@ def main_apikey(argv: list[str]) -> int:
                            help="create (prints the new key), list, or revoke a key")
     c = sub.add_parser("create", help="make a key and print it (shown only now)")
     c.add_argument("--name", required=True, help="who or what uses it")
-    c.add_argument("--role", choices=("admin", "member", "reader"), default="member",
+    c.add_argument("--role", choices=[str(r) for r in Role], default=str(DEFAULT_ROLE),
                    help="admin: everything, every team; member (default): submit and act on its team's jobs, "
                         "schedules and mixtures; reader: read its team's (a training cluster's loader)")
     c.add_argument("--team", default="default", help="the team whose work the key sees and acts on (default: "

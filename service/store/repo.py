@@ -25,6 +25,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from service import auth
+from service.roles import DEFAULT_ROLE
 from service.store.models import (
     ACTIVE,
     CONSUMED,
@@ -380,7 +381,7 @@ def _state_event(s: Session, job: Job, *, category: str | None = None, message: 
 # ---- API keys --------------------------------------------------------------------------------------------
 
 
-def create_key(s: Session, name: str, role: str = "member", team: str = DEFAULT_TEAM) -> tuple[ApiKey, str]:
+def create_key(s: Session, name: str, role: str = DEFAULT_ROLE, team: str = DEFAULT_TEAM) -> tuple[ApiKey, str]:
     """A new key of ``role`` in ``team`` (:mod:`service.api.access`) and its token (shown once: only its hash is
     kept)."""
     new = auth.generate()
