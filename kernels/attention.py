@@ -19,11 +19,13 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 BACKENDS = ("flash_attn", "varlen", "flex", "sdpa", "reference")
 
@@ -35,7 +37,7 @@ class DocMask:
     cu_seqlens: torch.Tensor  # int32 [n_segments + 1], offsets into the flattened batch
     max_seqlen: int
     seq_ids: torch.Tensor  # int64 [batch, seq_len]: segment index of each token (unique per batch)
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def batch(self) -> int:
@@ -87,11 +89,12 @@ class DocMask:
             self.dense()
         return self
 
-    def block_mask(self):
+    def block_mask(self) -> BlockMask:
         if "block" not in self._cache:
             ids = self.seq_ids
 
-            def doc_causal(b, h, q_idx, kv_idx):
+            def doc_causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor,
+                           kv_idx: torch.Tensor) -> torch.Tensor:
                 return (ids[b, q_idx] == ids[b, kv_idx]) & (q_idx >= kv_idx)
 
             self._cache["block"] = create_block_mask(
@@ -100,14 +103,20 @@ class DocMask:
         return self._cache["block"]
 
 
-def _once(find):
+T = TypeVar("T")
+
+#: PyTorch's varlen attention, the keyword arguments that make it causal, and whether it takes ``enable_gqa``
+Varlen = tuple[Callable[..., Any], dict[str, Any], bool]
+
+
+def _once(find: Callable[[], T]) -> Callable[[], T]:
     """Cache a lookup in a plain list rather than functools.cache: the lookups run first in eager
     code (backend selection), and a compiled block then only reads the list, which Dynamo traces
     without warning about a cache wrapper it cannot honour."""
-    found: list = []
+    found: list[T] = []
 
     @functools.wraps(find)
-    def get():
+    def get() -> T:
         if not found:
             found.append(find())
         return found[0]
@@ -116,7 +125,7 @@ def _once(find):
 
 
 @_once
-def _flash_attn_func():
+def _flash_attn_func() -> Callable[..., torch.Tensor] | None:
     try:
         from flash_attn import flash_attn_varlen_func  # optional: a CUDA build of its own, often absent
     except Exception:  # not installed, or built against another torch/CUDA
@@ -125,7 +134,7 @@ def _flash_attn_func():
 
 
 @_once
-def _torch_varlen():
+def _torch_varlen() -> Varlen | None:
     """PyTorch's varlen entry point and how to ask it for causal attention: ``window_size=(-1, 0)``
     from 2.11 on, ``is_causal=True`` in 2.10; ``enable_gqa`` only where the signature has it."""
     try:
@@ -133,6 +142,7 @@ def _torch_varlen():
     except ImportError:
         return None
     params = inspect.signature(varlen_attn).parameters
+    causal: dict[str, Any]
     if "window_size" in params:
         causal = {"window_size": (-1, 0)}
     elif "is_causal" in params:
@@ -180,7 +190,7 @@ def select_backend(device: torch.device | str, requested: str = "auto", training
 
 
 @functools.cache
-def _compiled_flex():
+def _compiled_flex() -> Callable[..., Any]:
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -200,10 +210,16 @@ def doc_attention(
         # for the per-batch maximum, which would otherwise recompile the graph for every new value
         max_len = s if torch.compiler.is_compiling() else mask.max_seqlen
         if backend == "flash_attn":
+            flash = _flash_attn_func()
+            if flash is None:
+                raise ValueError("attention backend 'flash_attn' is not available: flash-attn is not installed")
             qf, kf, vf = (t.reshape(b * s, t.shape[2], d) for t in (q, k, v))
-            out = _flash_attn_func()(qf, kf, vf, cu, cu, max_len, max_len, causal=True)
+            out = flash(qf, kf, vf, cu, cu, max_len, max_len, causal=True)
         else:
-            varlen_attn, causal, has_gqa = _torch_varlen()
+            found = _torch_varlen()
+            if found is None:
+                raise ValueError("attention backend 'varlen' is not available: this torch has no varlen attention")
+            varlen_attn, causal, has_gqa = found
             if gqa and not has_gqa:
                 k, v = (t.repeat_interleave(h // hkv, dim=2) for t in (k, v))
             qf, kf, vf = (t.reshape(b * s, t.shape[2], d) for t in (q, k, v))
@@ -214,7 +230,9 @@ def doc_attention(
     if backend == "flex":
         # inside a compiled block the plain function is traced into the graph; eager CUDA calls go
         # through a compiled wrapper (eager FlexAttention materializes the scores)
-        fn = _compiled_flex() if q.is_cuda and not torch.compiler.is_compiling() else flex_attention
+        fn: Callable[..., Any] = flex_attention
+        if q.is_cuda and not torch.compiler.is_compiling():
+            fn = _compiled_flex()
         out = fn(qt, kt, vt, block_mask=mask.block_mask(), enable_gqa=gqa)
     elif backend == "sdpa":
         out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask.dense(), enable_gqa=gqa)
