@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -43,9 +44,10 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
     return max(done, key=lambda p: p.name) if done else None
 
 
-def save(out_dir: str | Path, step: int, model, optimizer, loader_state: dict[str, Any],
-         trainer_state: dict[str, Any], keep: int, engine=None) -> Path:
-    """Collective: every rank calls it. Returns the final checkpoint folder."""
+def save(out_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         loader_state: dict[str, Any], trainer_state: dict[str, Any], keep: int, engine: Any = None) -> Path:
+    """Collective: every rank calls it. Returns the final checkpoint folder. ``engine``: a DeepSpeed
+    engine (the DeepSpeed path), which saves model and optimizer itself."""
     rank = dist.get_rank()
     root = checkpoint_root(out_dir)
     final = root / f"step-{step:08d}"
@@ -74,7 +76,8 @@ def save(out_dir: str | Path, step: int, model, optimizer, loader_state: dict[st
     return final
 
 
-def load(path: str | Path, model, optimizer, engine=None) -> tuple[dict[str, Any], dict[str, Any]]:
+def load(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         engine: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Collective: restore model/optimizer in place; returns (trainer state, this rank's loader state)."""
     path = Path(path)
     rank = dist.get_rank()
@@ -93,7 +96,7 @@ def load(path: str | Path, model, optimizer, engine=None) -> tuple[dict[str, Any
             raise CheckpointError(f"{path}: DeepSpeed could not load the engine state")
     else:
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
+        state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         try:
             dcp.load(state, checkpoint_id=str(path))
         except Exception as exc:  # a damaged or foreign checkpoint: name it rather than dump a traceback

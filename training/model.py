@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -119,8 +120,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
 
 
+#: query, key and value of one attention layer, ``[B, S, heads, head_dim]`` each
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
 @torch.compiler.disable
-def _attend_eager(q, k, v, mask: DocMask, backend: str) -> torch.Tensor:
+def _attend_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: DocMask, backend: str) -> torch.Tensor:
     return doc_attention(q, k, v, mask, backend)
 
 
@@ -133,9 +138,10 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.dim, cfg.kv_heads * hd, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.kv_heads * hd, bias=False)
         self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
-        self.attention_outside_graph = False  # set by Llama.compile_blocks(whole=False)
+        #: set by Llama.compile_blocks(whole=False): q/k/v + RoPE compiled, attention called eagerly between
+        self.compiled_qkv: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], QKV] | None = None
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> QKV:
         b, s, _ = x.shape
         hd = self.cfg.head_dim
         q = self.wq(x).view(b, s, self.cfg.n_heads, hd)
@@ -143,11 +149,15 @@ class Attention(nn.Module):
         v = self.wv(x).view(b, s, self.cfg.kv_heads, hd)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(self, x, cos, sin, mask: DocMask, backend: str) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: DocMask,
+                backend: str) -> torch.Tensor:
         b, s, _ = x.shape
-        q, k, v = self.qkv(x, cos, sin)
-        attend = _attend_eager if self.attention_outside_graph else doc_attention
-        out = attend(q, k, v, mask, backend)
+        if self.compiled_qkv is None:
+            q, k, v = self.qkv(x, cos, sin)
+            out = doc_attention(q, k, v, mask, backend)
+        else:
+            q, k, v = self.compiled_qkv(x, cos, sin)
+            out = _attend_eager(q, k, v, mask, backend)
         return self.wo(out.reshape(b, s, -1))
 
 
@@ -170,12 +180,16 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x, cos, sin, mask: DocMask, backend: str) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: DocMask,
+                backend: str) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin, mask, backend)
         return x + self.ffn(self.ffn_norm(x))
 
 
 class Llama(nn.Module):
+    rope_cos: torch.Tensor  # buffers (not parameters, not saved): RoPE tables indexed by position
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig, attention_backend: str = "sdpa") -> None:
         super().__init__()
         self.cfg = cfg
@@ -210,15 +224,17 @@ class Llama(nn.Module):
         length, so a new layout does not recompile). ``whole=False`` compiles only the dense parts
         (norms, q/k/v + RoPE, SwiGLU) and calls attention eagerly between them: the fallback for a
         torch whose attention op does not trace."""
-        for block in self.layers:
+        for block in self.blocks():
             if whole:
                 block.compile()
                 continue
-            block.attn.attention_outside_graph = True
             block.attn_norm.compile()
             block.ffn_norm.compile()
             block.ffn.compile()
-            block.attn.qkv = torch.compile(block.attn.qkv)
+            block.attn.compiled_qkv = torch.compile(block.attn.qkv)
+
+    def blocks(self) -> list[Block]:
+        return cast(list[Block], list(self.layers))
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: DocMask) -> torch.Tensor:
         if not position_ids.is_cuda and int(position_ids.max()) >= self.cfg.max_seq_len:  # no sync on GPU
@@ -239,7 +255,7 @@ class Llama(nn.Module):
 
 
 @functools.cache
-def compiled_token_loss_sum():
+def compiled_token_loss_sum() -> Callable[..., torch.Tensor]:
     """:func:`token_loss_sum` compiled: the fp32 upcast, log-softmax and gather fuse into a couple
     of kernels instead of materializing fp32 logits (the largest activation of a small model)."""
     return torch.compile(token_loss_sum)

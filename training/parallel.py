@@ -11,11 +11,14 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from training.model import Llama
 
 
 @dataclass
@@ -57,13 +60,13 @@ def fsdp_bf16_works(device: torch.device) -> tuple[bool, str]:
         return False, str(exc).splitlines()[0]
 
 
-def apply_fsdp(model: nn.Module, precision: str, reshard_after_forward: bool = True) -> nn.Module:
+def apply_fsdp(model: Llama, precision: str, reshard_after_forward: bool = True) -> Llama:
     """``fully_shard`` each transformer block, then the root (embeddings, final norm, head)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # ~0.6 s to import: only to shard
 
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
           if precision == "bf16" else MixedPrecisionPolicy())
-    for block in model.layers:
+    for block in model.blocks():
         fully_shard(block, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
