@@ -17,8 +17,10 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -33,9 +35,15 @@ from training.mixture_data import open_loader
 from training.model import PRESETS, Llama, ModelConfig, compiled_token_loss_sum, token_loss_sum
 from training.parallel import DistInfo, apply_deepspeed, apply_fsdp, fsdp_bf16_works, init_distributed, say
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+
 VOCAB_MULTIPLE = 64  # pad the embedding so matmuls get tensor-core friendly shapes
 STOP_CHECK_EVERY = 10  # steps between looks at the SIGTERM vote on GPU (each look syncs the device)
 EXIT_TERMINATED = 143  # 128 + SIGTERM: checkpointed, not finished; a scheduler should rerun us
+
+#: a step's gradient norm: FSDP2's a (D)Tensor, read only at log time (reading syncs the device); DeepSpeed's a float
+GradNorm = float | torch.Tensor
 
 
 def build_model_config(section: ModelSection, manifest: Manifest) -> ModelConfig:
@@ -73,7 +81,8 @@ def make_optimizer(model: torch.nn.Module, opt: OptimConfig) -> torch.optim.Opti
     return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, fused=fused)
 
 
-def _grad_norm(value: Any) -> float:
+def _grad_norm(value: GradNorm | None) -> float:
+    """A gradient norm as a float (DeepSpeed's is None before its first step)."""
     if value is None:
         return float("nan")
     if hasattr(value, "full_tensor"):
@@ -81,11 +90,42 @@ def _grad_norm(value: Any) -> float:
     return float(value)
 
 
+@dataclass
+class _Window:
+    """The steps since the last metrics line: the loss sum (this rank's) and the loss tokens (all ranks')
+    stay on the device until logged, as reading them syncs it; ``gnorm`` is the last step's."""
+
+    loss: torch.Tensor
+    valid: torch.Tensor
+    tokens: int = 0  # this rank's non-padding tokens
+    steps: int = 0
+    gnorm: GradNorm = float("nan")
+
+    @classmethod
+    def on(cls, device: torch.device) -> _Window:
+        return cls(torch.zeros((), dtype=torch.float64, device=device),
+                   torch.zeros((), dtype=torch.float64, device=device))
+
+    def add(self, loss_sum: torch.Tensor, valid: torch.Tensor, tokens: int, gnorm: GradNorm) -> None:
+        self.loss += loss_sum
+        self.valid += valid
+        self.tokens += tokens
+        self.steps += 1
+        self.gnorm = gnorm
+
+    def reset(self) -> None:
+        self.loss.zero_()
+        self.valid.zero_()
+        self.tokens, self.steps = 0, 0
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, info: DistInfo) -> None:
         self.cfg, self.info = cfg, info
         self.out = Path(cfg.out_dir)
         d = cfg.data
+        if not d.path:
+            raise ConfigError("data.path: required (or pass --data)")
         self.loader = open_loader(
             d.path, d.batch_size, rank=info.rank, world=info.world, seed=d.seed, shuffle=d.shuffle,
             shuffle_window=d.shuffle_window, num_workers=d.num_workers, remainder=d.remainder,
@@ -101,8 +141,8 @@ class Trainer:
         model = Llama(self.mcfg, self.backend).to(info.device)
         model.checkpoint_activations = cfg.parallel.activation_checkpointing
         self.precision = cfg.parallel.precision
-        self.engine = None
-        self.loss_fn = token_loss_sum
+        self.engine: Any = None  # a DeepSpeed engine (strategy deepspeed)
+        self.loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = token_loss_sum
         if cfg.parallel.strategy == "fsdp":
             if self.precision == "bf16" and info.device.type == "cpu":
                 ok, why = fsdp_bf16_works(info.device)
@@ -178,7 +218,7 @@ class Trainer:
                        batch["seq_ids"].to(dev, non_blocking=True))
         return ids, pos, labels, mask
 
-    def train_step(self, micro_batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def train_step(self, micro_batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, GradNorm]:
         """One optimizer step over ``optim.grad_accum`` micro-batches. Every token that carries loss
         weighs the same whichever micro-batch or rank it is in: each micro-batch's loss sum is
         divided by the global count over all of them, so accumulating k micro-batches of b rows
@@ -201,6 +241,7 @@ class Trainer:
         lr = lr_at(self.step + 1, self.cfg.optim)
         world, accum = self.info.world, len(inputs)
         loss_total = torch.zeros((), dtype=torch.float64, device=dev)
+        gnorm: GradNorm
         if self.engine is not None:
             for g in self.engine.optimizer.param_groups:
                 g["lr"] = lr
@@ -218,7 +259,7 @@ class Trainer:
                 if accum > 1 and self.cfg.parallel.defer_grad_sync:
                     # FSDP2: reduce-scatter once, after the last micro-batch; until then every rank
                     # holds unsharded fp32 gradients (4 bytes per parameter), so this is opt-in
-                    self.model.set_requires_gradient_sync(i == accum - 1)
+                    cast("FSDPModule", self.model).set_requires_gradient_sync(i == accum - 1)
                 loss_sum = self.loss_fn(self.model(ids, pos, mask), labels)
                 (loss_sum * world / denom).backward()
                 loss_total += loss_sum.detach()
@@ -234,10 +275,8 @@ class Trainer:
         max_steps = cfg.optim.max_steps
         logger = MetricsLogger(self.out, info.rank == 0, cfg.log.tensorboard)
         batch_tokens = cfg.data.batch_size * cfg.optim.grad_accum * self.manifest.seq_len
-        window = {"loss": torch.zeros((), dtype=torch.float64, device=info.device),
-                  "valid": torch.zeros((), dtype=torch.float64, device=info.device),
-                  "tokens": 0, "steps": 0, "gnorm": float("nan")}
-        last = {}
+        window = _Window.on(info.device)
+        last: dict[str, Any] = {}
         t0 = time.perf_counter()
         batches = iter(self.loader)
         stopped = False
@@ -256,16 +295,10 @@ class Trainer:
                 loss_sum, valid, gnorm = self.train_step(micro)
                 if gc_every and self.step % gc_every == 0:
                     gc.collect(1)
-                window["loss"] += loss_sum
-                window["valid"] += valid
-                window["tokens"] += sum(b["tokens"] for b in micro)
-                window["steps"] += 1
-                window["gnorm"] = gnorm
+                window.add(loss_sum, valid, sum(b["tokens"] for b in micro), gnorm)
                 if self.step % cfg.log.every == 0 or self.step == max_steps or self.step == stop_at:
                     last = self._log(logger, window, t0, batch_tokens)
-                    window["loss"].zero_()
-                    window["valid"].zero_()
-                    window["tokens"], window["steps"] = 0, 0
+                    window.reset()
                     t0 = time.perf_counter()
                 every = cfg.checkpoint.every
                 if self.step == stop_at:
@@ -290,7 +323,7 @@ class Trainer:
             del batches
         return {"step": self.step, **last}
 
-    def _time_gc(self, phase: str, _info: dict) -> None:
+    def _time_gc(self, phase: str, _info: dict[str, Any]) -> None:
         """gc callback: total seconds spent in Python's garbage collector (logged as ``gc_s``)."""
         now = time.perf_counter()
         if phase == "start":
@@ -298,22 +331,22 @@ class Trainer:
         else:
             self.gc_seconds += now - self._gc_started
 
-    def _log(self, logger: MetricsLogger, window: dict[str, Any], t0: float, batch_tokens: int) -> dict:
+    def _log(self, logger: MetricsLogger, window: _Window, t0: float, batch_tokens: int) -> dict[str, Any]:
         info = self.info
         gc_s, self._gc_logged = self.gc_seconds - self._gc_logged, self.gc_seconds
         dt = max(time.perf_counter() - t0, 1e-9)
-        # window["valid"] already holds global counts (reduced every step); loss and tokens are local
-        stats = torch.stack([window["loss"],
-                             torch.tensor(float(window["tokens"]), dtype=torch.float64, device=info.device)])
+        # window.valid already holds global counts (reduced every step); loss and tokens are local
+        stats = torch.stack([window.loss,
+                             torch.tensor(float(window.tokens), dtype=torch.float64, device=info.device)])
         dist.all_reduce(stats)
-        valid = float(window["valid"])
+        valid = float(window.valid)
         loss = float(stats[0]) / max(valid, 1.0)
-        processed = batch_tokens * window["steps"] * info.world  # padded tokens the model computed on
+        processed = batch_tokens * window.steps * info.world  # padded tokens the model computed on
         mfu = None
         if self.peak:
             mfu = processed * self.flops_per_token / dt / (self.peak * info.world)
         values = {"epoch": self.loader.epoch, "loss": loss, "ppl": math.exp(min(loss, 50.0)),
-                  "grad_norm": _grad_norm(window["gnorm"]), "lr": lr_at(self.step, self.cfg.optim),
+                  "grad_norm": _grad_norm(window.gnorm), "lr": lr_at(self.step, self.cfg.optim),
                   "tokens_per_s": float(stats[1]) / dt, "processed_tokens_per_s": processed / dt,
                   "loss_tokens": int(valid), "mfu": mfu, "gc_s": gc_s, **memory_stats(info.device),
                   **{f"source_tokens.{n}": v for n, v in self._consumed().items()}}
