@@ -26,8 +26,9 @@ from typing import Any
 from fastapi import status
 
 from pipeline import storage
-from pipeline.job.output_dir import EarlierOutput, OutputError, check_not_overlapping, open_output_dir
 from pipeline.job.state import StateError, WorkState
+from pipeline.output.layout import EarlierOutput, OutputError
+from pipeline.output.open_store import check_not_overlapping, open_output_dir
 from pipeline.preflight import problems as preflight_problems
 from pipeline.preflight import readable_problems
 from pipeline.problems import Loc, Problem, SpecError
@@ -135,7 +136,7 @@ def _paths_readable(stage: Any, roots: confine.Roots) -> bool:
 def output_refusal(spec: JobSpec) -> Refused | None:
     """What the engine would refuse about ``output.path`` when the job starts (:class:`Refused` naming it), asked
     now with the engine's own checks, read-only: the overlap with the inputs
-    (:func:`~pipeline.job.output_dir.check_not_overlapping`), the folder's ownership and earlier output
+    (:func:`~pipeline.output.open_store.check_not_overlapping`), the folder's ownership and earlier output
     (``check_claim``), and the work folder's spec (:meth:`~pipeline.job.state.WorkState.open`)."""
     out_path, overwrite = spec.output.path, spec.output.overwrite
     try:

@@ -1,7 +1,7 @@
 """Which team owns an output folder, and the spec paths that would touch another team's.
 
 An output folder belongs to the team whose job first wrote it: the job's claim records the team in the folder's
-marker (``.tokenmill/marker.json``, ``owner``; :meth:`pipeline.job.output_store.StoreBase.claim`). A folder
+marker (``.tokenmill/marker.json``, ``owner``; :meth:`pipeline.output.store.StoreBase.claim`). A folder
 whose marker names no owner was written before teams (or by ``tokenmill run``): the default team's, as every
 job made before teams is. A path is the team's of the nearest folder at or above it that holds a marker, so a
 file inside an output (a shard, a dedup index, ``documents/``) is its owner's too.
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.job.output_dir import OutputDir
+from pipeline.output.local_store import OutputDir
 from pipeline.problems import Loc, Problem
 from pipeline.readers.paths import expand_path
 from pipeline.storage import is_remote

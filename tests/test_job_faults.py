@@ -23,7 +23,7 @@ import pytest
 import ray._private.node
 
 from pipeline.job.errors import JobCancelled, JobError, as_job_error
-from pipeline.job.output_layout import OutputError
+from pipeline.output.layout import OutputError
 
 ROOT = Path(__file__).resolve().parent.parent
 #: what ``ray._private.node.Node`` raises when its raylet does not register in time (checked against Ray below)

@@ -1,4 +1,4 @@
-"""The output-folder safety layer (pipeline/job/output_dir.py): issue 9, cases 1, 2, 3, 4 and 13.
+"""The output-folder safety layer (pipeline/output/open_store.py): issue 9, cases 1, 2, 3, 4 and 13.
 
 Each test names the case it covers. Scenarios are those of the issue, at the module level: the job
 engine's own tests run them end to end.
@@ -19,13 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.job.output_dir import (
-    OutputDir,
-    OutputError,
-    atomic_write_bytes,
-    check_not_overlapping,
-    describe_os_error,
-)
+from pipeline.output.layout import OutputError, describe_os_error
+from pipeline.output.local_store import OutputDir
+from pipeline.output.open_store import atomic_write_bytes, check_not_overlapping
 from tests.processes import kill_all, processes_naming
 
 REPO = Path(__file__).resolve().parents[1]
@@ -289,7 +285,7 @@ def test_claim_and_commit_need_the_lock(tmp_path):
 
 HOLDER = """
 import sys
-from pipeline.job.output_dir import OutputDir
+from pipeline.output.local_store import OutputDir
 with OutputDir(sys.argv[1]).lock():
     print("locked", flush=True)
     sys.stdin.readline()
@@ -432,7 +428,8 @@ mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(
 if mounted.returncode:
     print(json.dumps({"skip": "mount -t tmpfs failed: " + mounted.stderr.strip()}))
     sys.exit(0)
-from pipeline.job.output_dir import OutputError, atomic_write_bytes
+from pipeline.output.layout import OutputError
+from pipeline.output.open_store import atomic_write_bytes
 written, message = {}, None
 for i in range(64):
     target = folder / f"shard-{i:06d}.tar"

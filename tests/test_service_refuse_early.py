@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from pipeline.job.output_dir import OutputDir
 from pipeline.job.state import WorkState
+from pipeline.output.local_store import OutputDir
 from pipeline.spec import JobSpec
 from service.api.app import create_app
 from service.settings import Settings

@@ -19,8 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import storage
-from pipeline.job.object_output import ObjectOutputDir
-from pipeline.job.output_dir import OutputDir, OutputError, check_not_overlapping, open_output_dir
+from pipeline.output.layout import OutputError
+from pipeline.output.local_store import OutputDir
+from pipeline.output.object_store import ObjectOutputDir
+from pipeline.output.open_store import check_not_overlapping, open_output_dir
 from pipeline.readers import expand_inputs, read_file
 from pipeline.spec import InputSpec
 from tests.corpus_fixtures import clean_corpus

@@ -8,8 +8,8 @@ import time
 
 from pipeline import storage
 from pipeline.card.build import write_card
-from pipeline.job.output_dir import open_output_dir
-from pipeline.job.output_layout import OutputError
+from pipeline.output.layout import OutputError
+from pipeline.output.open_store import open_output_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,9 +32,9 @@ from pipeline.job import events as ev
 from pipeline.job import leftovers
 from pipeline.job.decision import CancelOrPublish
 from pipeline.job.errors import JobCancelled, JobError, as_job_error
-from pipeline.job.output_dir import check_not_overlapping, open_output_dir
 from pipeline.job.records import CurateResult, TokenizerRecord, written_from_json, written_to_json
 from pipeline.job.state import EVENTS, JsonlLog, JsonObject, StateError, WorkState
+from pipeline.output.open_store import check_not_overlapping, open_output_dir
 from pipeline.shard_format import Manifest
 from pipeline.spec import JobSpec
 from pipeline.tokenize import TokenizerError

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import get_args
 
 from pipeline.job.events import FailureCategory
-from pipeline.job.output_layout import OutputError, describe_os_error, os_error_category
+from pipeline.output.layout import OutputError, describe_os_error, os_error_category
 
 _CATEGORIES: dict[str, FailureCategory] = {c: c for c in get_args(FailureCategory)}
 

@@ -1,7 +1,7 @@
 """The finalize phase: the ``documents/`` output, ``stats.json`` and the manifests staged, then committed.
 
 Everything is written into the stage folder first and published into the output folder in one step
-(:meth:`pipeline.job.output_dir.OutputDir.commit`); the work folder is emptied once it is.
+(:meth:`pipeline.output.store.StoreBase.commit`); the work folder is emptied once it is.
 """
 
 from __future__ import annotations

@@ -47,8 +47,9 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
-from pipeline.job.output_dir import PUBLISHED, OutputDir
 from pipeline.output.inspect import DOCUMENTS_INDEXES, load_documents_index
+from pipeline.output.layout import PUBLISHED
+from pipeline.output.local_store import OutputDir
 from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, ShardFormatError
 from pipeline.storage import is_remote
 from service.api import access, schemas

@@ -25,7 +25,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 
 from pipeline import secret_fields
-from pipeline.job.output_dir import OutputError, check_not_overlapping
+from pipeline.output.layout import OutputError
+from pipeline.output.open_store import check_not_overlapping
 from pipeline.problems import NO_MATCH, Problem, SpecError
 from pipeline.spec import JobSpec, parse_spec
 from service import ownership

@@ -6,12 +6,11 @@ order (:meth:`StoreBase.commit`: old manifest out, new files in, marker, new man
 collision check, and the records' reading and writing (through :mod:`pipeline.storage`, whose one atomic
 write serves both). A backend gives only what really differs: how the output is held (a ``flock`` or a
 lease), how a staged file reaches its name (a rename or a server-side copy), what happens to the old files
-and how its stage is listed. The rules themselves are described in :mod:`pipeline.job.output_dir`.
+and how its stage is listed. The rules themselves are described in :mod:`pipeline.output.open_store`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from typing import ClassVar, Protocol, TypedDict
 
 from pipeline import storage
-from pipeline.job.output_layout import (
+from pipeline.output.layout import (
     MAX_RECORD_BYTES,
     PRIVATE,
     BadRecord,
@@ -228,18 +227,23 @@ class StoreBase(ABC):
 
     # ownership ---------------------------------------------------------------------------------------------
 
-    def _check_ownership(self) -> None:
-        """Refuse an output tokenmill may not write, before creating anything in it."""
-        if not self._present():
-            return
+    def _checked_marker(self, advice: str = "") -> Marker | None:
+        """The marker (None when there is none); :class:`OutputError` naming it, then ``advice``, when damaged."""
         try:
-            marker = self._load_marker()
+            return self._load_marker()
         except BadRecord as exc:
-            raise OutputError(f"output.path: {self.marker_path} is damaged ({exc}); "
-                              f"choose an empty {self.NOUN}") from None
+            raise OutputError(f"output.path: {self.marker_path} is damaged ({exc}){advice}") from None
+
+    def _check_ownership(self) -> Marker | None:
+        """Refuse an output tokenmill may not write, before creating anything in it; returns its marker (None when
+        the output is missing or has none)."""
+        if not self._present():
+            return None
+        marker = self._checked_marker(f"; choose an empty {self.NOUN}")
         if marker is None and self._holds_foreign_files():
             raise OutputError(f"output.path: {self.path} is not empty and was not written by tokenmill "
                               f"(no {PRIVATE}/marker.json); choose an empty {self.NOUN}")
+        return marker
 
     def claim(self, overwrite: bool, owner: str | None = None) -> None:
         """Make this output the job's: refuse a foreign one (whatever ``overwrite`` says), one whose marker names
@@ -247,8 +251,7 @@ class StoreBase(ABC):
         lists) without ``overwrite``; write the marker (with ``owner``) into a new or empty one. Finishes a
         commit an earlier run left half-done first, so the check sees a consistent output. Deletes nothing."""
         self._require_lock("claim")
-        self._check_ownership()
-        self._check_owner(owner)
+        self._check_owner(self._check_ownership(), owner)
         self.finish_pending_commit()
         marker = self._load_marker()
         if marker is None:
@@ -257,28 +260,19 @@ class StoreBase(ABC):
         if not overwrite:
             self._refuse_earlier_output(marker["files"])
 
-    def _check_owner(self, owner: str | None) -> None:
-        """:class:`OutputError` when the marker names another owner than ``owner`` (None: no owner asked)."""
-        if owner is None or not self._present():
-            return
-        with contextlib.suppress(BadRecord):  # a damaged marker: _check_ownership said so
-            marker = self._load_marker()
-            if marker is not None and marker.get("owner", owner) != owner:
-                raise OutputError(f"output.path: {self.path} belongs to another team (its job wrote it first); "
+    def _check_owner(self, marker: Marker | None, owner: str | None) -> None:
+        """:class:`OutputError` when ``marker`` names another owner than ``owner`` (None: no owner asked)."""
+        if owner is not None and marker is not None and marker.get("owner", owner) != owner:
+            raise OutputError(f"output.path: {self.path} belongs to another team (its job wrote it first); "
                                   "choose another folder")
 
     def check_claim(self, overwrite: bool) -> None:
         """What :meth:`claim` would refuse, asked without the lock and writing nothing (the service asks it before
         it queues a job): a foreign or damaged output (:class:`OutputError`) and, without ``overwrite``, an
         earlier run's output (:class:`EarlierOutput`). A half-done commit counts as done: claim finishes it first."""
-        self._check_ownership()
-        if overwrite or not self._present():
+        marker = self._check_ownership()
+        if overwrite:
             return
-        try:
-            marker = self._load_marker()
-        except BadRecord as exc:
-            raise OutputError(f"output.path: {self.marker_path} is damaged ({exc}); "
-                              f"choose an empty {self.NOUN}") from None
         if marker is not None:
             journal = self._load_journal()
             self._refuse_earlier_output(marker["files"] if journal is None else journal["new"])
@@ -332,10 +326,7 @@ class StoreBase(ABC):
         return list(journal["new"])
 
     def _new_journal(self, stage: str, rel_stage: str) -> Journal:
-        try:
-            marker = self._load_marker()
-        except BadRecord as exc:
-            raise OutputError(f"output.path: {self.marker_path} is damaged ({exc})") from None
+        marker = self._checked_marker()
         if marker is None:
             raise RuntimeError(f"{type(self).__name__}.commit() before claim() on {self.path}")
         files = [rel for rel in self._list_stage(stage) if not storage.is_temp_name(rel.rsplit("/", 1)[-1])]
@@ -363,7 +354,7 @@ class StoreBase(ABC):
                                   "tokenmill; move it away (tokenmill will not overwrite it)")
 
     def _apply(self, journal: Journal) -> None:
-        """The commit's steps in order (:mod:`pipeline.job.output_dir`); each backend step skips what an
+        """The commit's steps in order (:mod:`pipeline.output.open_store`); each backend step skips what an
         interrupted call already did, so a commit is finished by calling this again."""
         if self.RENAMES:
             self._check_collisions(journal)

@@ -1,12 +1,12 @@
 """The output folder's safety rules: what tokenmill owns there, who may write it, and how a new run replaces
 the old one without losing anything if it fails half-way. The entry point: :func:`open_output_dir` gives
-an :class:`~pipeline.job.output_store.OutputStore`, and :func:`check_not_overlapping` keeps inputs and
+an :class:`~pipeline.output.store.OutputStore`, and :func:`check_not_overlapping` keeps inputs and
 output apart.
 
-Where the code is: the layout and records in :mod:`pipeline.job.output_layout`; the ownership, journal and
-commit logic once, in :class:`~pipeline.job.output_store.StoreBase`; a backend's own primitives in
-:mod:`pipeline.job.output_local` (:class:`OutputDir`: ``flock``, rename) and
-:mod:`pipeline.job.object_output` (``ObjectOutputDir``: lease, server-side copy). Every file is written
+Where the code is: the layout and records in :mod:`pipeline.output.layout`; the ownership, journal and
+commit logic once, in :class:`~pipeline.output.store.StoreBase`; a backend's own primitives in
+:mod:`pipeline.output.local_store` (:class:`OutputDir`: ``flock``, rename) and
+:mod:`pipeline.output.object_store` (``ObjectOutputDir``: lease, server-side copy). Every file is written
 by :mod:`pipeline.storage`'s one atomic write.
 
 Layout. ``OUT`` is ``output.path``. Published names: ``manifest.json``, ``stats.json``, ``tokenizer.json``,
@@ -63,37 +63,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline import storage
-from pipeline.job.object_output import ObjectOutputDir, check_remote_not_overlapping
-from pipeline.job.output_layout import (
-    GROUP_FILES,
-    GROUP_FOLDERS,
-    MARKER_FORMAT,
-    PRIVATE,
-    PUBLISHED,
-    PUBLISHED_FILES,
-    PUBLISHED_FOLDERS,
-    EarlierOutput,
-    Marker,
-    OutputError,
-    describe_os_error,
-    is_manifest,
-    os_error_category,
-)
-from pipeline.job.output_local import OutputDir
-from pipeline.job.output_store import OutputStore
-
-__all__ = [
-    "GROUP_FILES", "GROUP_FOLDERS", "MARKER_FORMAT", "PRIVATE", "PUBLISHED", "PUBLISHED_FILES", "PUBLISHED_FOLDERS",
-    "EarlierOutput", "Marker", "ObjectOutputDir", "OutputDir", "OutputError", "OutputStore", "atomic_write_bytes",
-    "check_not_overlapping", "describe_os_error", "is_manifest", "open_output_dir", "os_error_category",
-]
+from pipeline.output.layout import OutputError, describe_os_error, os_error_category
+from pipeline.output.local_store import OutputDir
+from pipeline.output.object_store import ObjectOutputDir, check_remote_not_overlapping
+from pipeline.output.store import OutputStore
 
 GLOB_CHARS = "*?["
 
 
 def open_output_dir(path: str | os.PathLike[str]) -> OutputStore:
     """The output at ``path``: a local :class:`OutputDir`, or an
-    :class:`~pipeline.job.object_output.ObjectOutputDir` for an object-store URI (``s3://...``)."""
+    :class:`~pipeline.output.object_store.ObjectOutputDir` for an object-store URI (``s3://...``)."""
     if storage.is_remote(os.fspath(path)):
         return ObjectOutputDir(os.fspath(path))
     return OutputDir(storage.local_path(path))
@@ -121,7 +101,7 @@ def _static_root(path: str) -> tuple[str, bool]:
 def check_not_overlapping(output: str | os.PathLike[str], input_paths: Iterable[str | os.PathLike[str]]) -> None:
     """Refuse an output folder that equals or lies inside a folder an input reads, or that contains an
     input: either way a later run would read its own output. Paths are compared resolved (symlinks);
-    object-store locations by prefix (:func:`pipeline.job.object_output.check_remote_not_overlapping`)."""
+    object-store locations by prefix (:func:`pipeline.output.object_store.check_remote_not_overlapping`)."""
     inputs = [os.fspath(p) for p in input_paths]
     if storage.is_remote(os.fspath(output)):
         check_remote_not_overlapping(os.fspath(output), inputs)

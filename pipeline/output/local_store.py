@@ -1,4 +1,4 @@
-"""A local output folder (:class:`OutputDir`): the primitives :class:`~pipeline.job.output_store.StoreBase`
+"""A local output folder (:class:`OutputDir`): the primitives :class:`~pipeline.output.store.StoreBase`
 needs, on a filesystem that has rename and ``flock``.
 
 - **Lock**: an exclusive, non-blocking ``flock`` on ``.tokenmill/lock``, held for the job's life, so the
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from pipeline import storage
-from pipeline.job.output_layout import PRIVATE, Journal, OutputError, describe_os_error, is_manifest, os_error_category
-from pipeline.job.output_store import StoreBase, in_use, me
+from pipeline.output.layout import PRIVATE, Journal, OutputError, describe_os_error, is_manifest, os_error_category
+from pipeline.output.store import StoreBase, in_use, me
 
 # Lock files this process holds (real paths): a second lock() of the same folder in one process is a bug.
 _HELD: set[str] = set()
@@ -35,7 +35,7 @@ def _os_failure(exc: OSError, path: str) -> OutputError:
 
 
 class OutputDir(StoreBase):
-    """One local output folder (:class:`~pipeline.job.output_store.OutputStore`)."""
+    """One local output folder (:class:`~pipeline.output.store.OutputStore`)."""
 
     NOUN: ClassVar[str] = "folder"
     RENAMES: ClassVar[bool] = True

@@ -54,7 +54,7 @@ class BadRecord(ValueError):
 class Marker(TypedDict):
     """``.tokenmill/marker.json``: tokenmill owns the output; ``files`` is what the last commit published;
     ``owner``, when a service's job wrote it, the team whose job first wrote it (no other team's job may write
-    into it: :meth:`pipeline.job.output_store.StoreBase.claim`)."""
+    into it: :meth:`pipeline.output.store.StoreBase.claim`)."""
 
     tool: str
     format: int

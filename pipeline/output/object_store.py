@@ -1,6 +1,6 @@
 """An output in an object store (``output.path: s3://bucket/prefix``): the same layout, ownership and
-commit rules as a local folder (:mod:`pipeline.job.output_dir`, shared in
-:class:`~pipeline.job.output_store.StoreBase`), on a store that has no rename. This module gives only the
+commit rules as a local folder (:mod:`pipeline.output.open_store`, shared in
+:class:`~pipeline.output.store.StoreBase`), on a store that has no rename. This module gives only the
 primitives that differ, and why:
 
 - **Commit point = the manifest.** A commit copies every staged object to its published name (a
@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from pipeline import storage
-from pipeline.job.output_layout import BadRecord, Journal, OutputError, is_manifest
-from pipeline.job.output_store import Holder, StoreBase, in_use, me
+from pipeline.output.layout import BadRecord, Journal, OutputError, is_manifest
+from pipeline.output.store import Holder, StoreBase, in_use, me
 
 LEASE_S = 120.0
 LEASE_RENEW_S = 30.0
@@ -42,7 +42,7 @@ class Lease(Holder):
 
 
 class ObjectOutputDir(StoreBase):
-    """One output prefix in an object store (:class:`~pipeline.job.output_store.OutputStore`)."""
+    """One output prefix in an object store (:class:`~pipeline.output.store.OutputStore`)."""
 
     NOUN: ClassVar[str] = "prefix"
     RENAMES: ClassVar[bool] = False
@@ -153,7 +153,7 @@ def _mine(lease: dict[str, object]) -> bool:
 
 
 def check_remote_not_overlapping(output: str, input_paths: list[str]) -> None:
-    """The object-store form of :func:`~pipeline.job.output_dir.check_not_overlapping`: by prefix."""
+    """The object-store form of :func:`~pipeline.output.open_store.check_not_overlapping`: by prefix."""
     out = output.rstrip("/") + "/"
     for i, raw in enumerate(input_paths):
         if not storage.is_remote(raw):
