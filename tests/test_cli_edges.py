@@ -23,7 +23,10 @@ from pipeline.preflight import checked, load_checked
 from pipeline.problems import NO_MATCH, SpecError
 from pipeline.spec import load_spec, resolve_paths
 from service import cli
-from service.client import main_apikey, main_cancel, main_status, main_submit
+from service.commands.apikey import main as main_apikey
+from service.commands.cancel import main as main_cancel
+from service.commands.status import main as main_status
+from service.commands.submit import main as main_submit
 from tests.live_api import live_api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,13 +135,13 @@ def _positionals_without_help(parser: argparse.ArgumentParser, path: str) -> lis
 
 
 def test_every_positional_of_every_subcommand_has_help(monkeypatch):
-    """Each command's own parser (the delegated ones build theirs in ``main``: caught at ``parse_args``)."""
+    """Each command's own parser (every command builds its own in ``main``: caught at ``parse_args``)."""
     def capture(self, args=None, namespace=None):
         raise _Parsed(self)
 
     parsers = {"tokenmill": cli.build_parser()}
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
-    for name, (module, _) in cli.DELEGATES.items():
+    for name, (module, _) in cli.COMMANDS.items():
         with pytest.raises(_Parsed) as parsed:
             importlib.import_module(module).main([])
         parsers[f"tokenmill {name}"] = parsed.value.args[0]
@@ -146,6 +149,29 @@ def test_every_positional_of_every_subcommand_has_help(monkeypatch):
     assert not missing, missing
     counted = sum(1 for p in parsers.values() for a in p._actions if not a.option_strings)
     assert counted >= 10  # run's spec, inspect's output, submit's spec, the job ids, apikey's action...
+
+
+#: the modules of service/commands that are not a command: what several commands share
+SHARED = {"exits", "http_client", "http_command", "store_options"}
+
+
+def test_each_command_is_one_module_reached_one_way():
+    """``tokenmill X`` is ``COMMANDS[X]``'s ``main``, defined in that module (no module re-exporting another's);
+    every module of ``service/commands`` but the shared ones is a command of the table, with its own parser and
+    run function."""
+    folder = ROOT / "service" / "commands"
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"} - SHARED
+    tabled = {module.rsplit(".", 1)[1] for module, _ in cli.COMMANDS.values()
+              if module.startswith("service.commands.")}
+    assert modules == tabled
+    for name, (module, _) in cli.COMMANDS.items():
+        main = cli.command_main(name)
+        assert main.__module__ == module, f"tokenmill {name}: main comes from {main.__module__}"
+    for name in modules:
+        mod = importlib.import_module(f"service.commands.{name}")
+        assert callable(mod.build_parser) and callable(mod.run), name
+    sources = [p.read_text() for p in [*folder.glob("*.py"), ROOT / "service" / "cli.py"]]
+    assert not any("globals()" in text for text in sources)
 
 
 def test_run_help_says_what_spec_is():

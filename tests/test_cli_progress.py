@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from pipeline.job import events as ev
-from service import cli
+from service.commands import demo, run
 from service.progress import JobView, LiveRenderer, PlainRenderer, fmt_duration, fmt_rate, make_renderer
 
 ANSI = re.compile(r"\x1b\[")
@@ -224,7 +224,7 @@ def test_job_error_is_one_line_with_an_exit_code_by_category(fake_job, capsys, c
     from pipeline.job.errors import JobError
 
     _FakeJob.outcome = JobError("output.path: something is wrong", category)
-    assert cli._run(fake_job) == code
+    assert run.run_spec(fake_job) == code
     err = capsys.readouterr().err
     assert err.splitlines() == ["error: output.path: something is wrong"]
 
@@ -232,7 +232,7 @@ def test_job_error_is_one_line_with_an_exit_code_by_category(fake_job, capsys, c
 def test_sigint_cancels_the_job_and_exits_130(fake_job, capsys):
     _FakeJob.outcome = "signal"
     before = signal.getsignal(signal.SIGINT)
-    assert cli._run(fake_job) == 130
+    assert run.run_spec(fake_job) == 130
     assert _FakeJob.instances[0].cancelled.is_set()
     err = capsys.readouterr().err
     assert err.splitlines()[-1] == "cancelled: cancelled during curate" and "Traceback" not in err
@@ -240,10 +240,9 @@ def test_sigint_cancels_the_job_and_exits_130(fake_job, capsys):
 
 
 def test_verbose_flag_is_accepted_by_run_and_demo():
-    p = cli.build_parser()
-    assert p.parse_args(["run", "s.yaml", "--verbose"]).verbose
-    assert p.parse_args(["demo", "--verbose"]).verbose
-    assert not p.parse_args(["run", "s.yaml"]).verbose
+    assert run.build_parser().parse_args(["s.yaml", "--verbose"]).verbose
+    assert demo.build_parser().parse_args(["--verbose"]).verbose
+    assert not run.build_parser().parse_args(["s.yaml"]).verbose
 
 
 # ---- quiet by default ------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from service.api.app import runner_config
-from service.client import main_serve
+from service.commands.serve import main as main_serve
 from service.confine import Roots
 from service.runner import process
 from service.runner.job_process import RUN_FILE

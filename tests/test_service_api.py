@@ -32,7 +32,7 @@ from service import auth
 from service.admission import cpu_problems
 from service.api.app import SETTINGS_ENV, app_from_env, create_app
 from service.api.keycache import KeyCache, _Entry
-from service.client import main_serve
+from service.commands.serve import main as main_serve
 from service.confine import Roots
 from service.runner import process
 from service.runner.summary import fold, with_stats

@@ -25,10 +25,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from pipeline.job.output_dir import OutputDir, OutputError
+from pipeline.output.layout import OutputError
+from pipeline.output.local_store import OutputDir
 from service import ownership
 from service.api.app import create_app
-from service.client import main_apikey, main_audit
+from service.commands.apikey import main as main_apikey
+from service.commands.audit import main as main_audit
 from service.runner.job_process import AdmissionError
 from service.runner.job_process import admit as job_admit
 from service.settings import Settings, team_roots

@@ -1,10 +1,69 @@
-"""`tokenmill follow`: see :func:`service.client.main_follow`."""
+"""``tokenmill follow JOB``: follow a job's events to its end (the same display as ``tokenmill run``); exits
+with its outcome: 0 SUCCEEDED, 130 CANCELLED, 2 FAILED for a bad spec or input, 1 else."""
 
+from __future__ import annotations
+
+import argparse
 import sys
+import time
 
-from service.client import main_follow as main
+import httpx
 
-__all__ = ["main"]
+from pipeline.job import events as ev
+from service.commands.exits import EXIT_CANCELLED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from service.commands.http_client import Api
+from service.commands.http_command import JOB_ID_HELP, http_parser, run_requests
+
+#: seconds between reconnections after the stream broke (the server restarting)
+RECONNECT_S = 1.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = http_parser("follow", "Follow a job's events to its end; exits with its outcome.")
+    p.add_argument("job_id", help=JOB_ID_HELP)
+    p.add_argument("--verbose", action="store_true")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_requests(lambda: follow_job(Api(args.server, args.api_key), args.job_id, args.verbose))
+
+
+def follow_job(api: Api, job_id: str, verbose: bool = False) -> int:
+    """Render the job's events until it ends (also ``submit --follow``, ``retry --follow``); reconnects with
+    Last-Event-ID when the stream breaks (a server restart)."""
+    from service.progress import PREFIX, make_renderer  # lazy: pipeline.job.fold's pydantic adapters, rich (0.08 s)
+
+    renderer = make_renderer(verbose=verbose)
+    last, final = 0, None
+    with renderer:
+        while final is None:
+            try:
+                for seq, kind, data in api.events(job_id, last):
+                    last = seq
+                    if kind == "state":
+                        msg = f" ({data['message']})" if data.get("message") else ""
+                        print(f"{PREFIX} job {job_id}: {data['state']}, attempt {data.get('attempt')}{msg}",
+                              file=sys.stderr, flush=True)
+                        final = data if data["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+                    elif kind in ev.EVENT_TYPES:
+                        renderer(ev.from_dict(data))
+            except httpx.TransportError as exc:
+                print(f"{PREFIX} stream interrupted ({exc}); reconnecting", file=sys.stderr, flush=True)
+                time.sleep(RECONNECT_S)
+                continue
+            if final is None:  # the server ended the stream without a final state: ask again
+                time.sleep(RECONNECT_S)
+    if final["state"] == "SUCCEEDED":
+        return EXIT_OK
+    if final["state"] == "CANCELLED":
+        return EXIT_CANCELLED
+    return EXIT_USAGE if final.get("category") in ("validation", "input") else EXIT_FAILURE
+
+
+def main(argv: list[str]) -> int:
+    return run(build_parser().parse_args(argv))
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -23,17 +23,11 @@ from pipeline.mixture_format import MIXTURE, Mixture
 from pipeline.mixture_plan import ResolvedSource, plan_mixture
 from pipeline.mixture_spec import MixtureSpec, load_mixture_spec
 from pipeline.problems import SpecError
+from service.commands.exits import EXIT_FAILURE, EXIT_USAGE, error
 from training.data import LoaderError, ShardSource
 
-EXIT_USAGE, EXIT_FAILURE = 2, 1
 _VERSION_URL = re.compile(r"/v1/schedules/([^/]+)/versions/([0-9]+)/artifacts$")
 _JOB_URL = re.compile(r"/v1/jobs/([^/]+)/artifacts$")
-
-
-def _err(msg: str, code: int = EXIT_USAGE) -> int:
-    for line in str(msg).splitlines():
-        print(f"error: {line}", file=sys.stderr, flush=True)
-    return code
 
 
 def pinned_of(location: str) -> dict[str, Any]:
@@ -103,13 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def remote(args: argparse.Namespace, spec: MixtureSpec) -> int:
     """``--server``: the server resolves, pins, plans and stores the mixture; prints it and its ``--data`` URL."""
-    from service.client import Api, ClientError  # lazy: httpx and uvicorn, only to talk to a server
+    from service.commands.http_client import Api, ClientError  # lazy: httpx, only to talk to a server
 
     try:
         api = Api(args.server, args.api_key)
         out = api.request("POST", "/v1/mixtures", json=spec.model_dump(mode="json", exclude_none=True)).json()
     except ClientError as exc:
-        return _err(str(exc), exc.code)
+        return error(str(exc), exc.code)
     if args.json:
         print(json.dumps(out, indent=2), flush=True)
         return 0
@@ -118,21 +112,20 @@ def remote(args: argparse.Namespace, spec: MixtureSpec) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         spec = load_mixture_spec(args.spec)
         if args.server:
             return remote(args, spec)
         mixture = plan_mixture(spec, resolve_sources(spec, args.api_key))
     except SpecError as exc:
-        return _err(str(exc))
+        return error(str(exc))
     relative_locations(mixture, args.output)
     text = mixture.to_json()
     try:
         storage.write_text(args.output, text)
     except OSError as exc:
-        return _err(f"{args.output}: {exc}", EXIT_FAILURE)
+        return error(f"{args.output}: {exc}", EXIT_FAILURE)
     print(text if args.json else render(mixture), flush=True)
     if args.materialize:
         from training.mixture_materialize import materialize  # lazy: torch (1 s), only to materialize
@@ -141,10 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             manifest = materialize(str(Path(args.output).resolve()) if not storage.is_remote(args.output)
                                    else args.output, args.materialize, bearer_token=args.api_key)
         except LoaderError as exc:
-            return _err(str(exc), EXIT_USAGE)
+            return error(str(exc), EXIT_USAGE)
         print(json.dumps({"materialized": args.materialize, "samples": manifest.total_samples,
                           "tokens": manifest.total_tokens, "shards": len(manifest.shards)}), flush=True)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,35 @@
-"""`tokenmill retry`: see :func:`service.client.main_retry`."""
+"""``tokenmill retry JOB``: queue a FAILED or CANCELLED job again; it resumes where it stopped."""
 
+from __future__ import annotations
+
+import argparse
 import sys
 
-from service.client import main_retry as main
+from service.commands.exits import EXIT_OK
+from service.commands.follow import follow_job
+from service.commands.http_client import Api
+from service.commands.http_command import JOB_ID_HELP, http_parser, print_state, run_requests
 
-__all__ = ["main"]
+
+def build_parser() -> argparse.ArgumentParser:
+    p = http_parser("retry", "Queue a FAILED or CANCELLED job again; it resumes where it stopped.")
+    p.add_argument("job_id", help=JOB_ID_HELP)
+    p.add_argument("--follow", action="store_true")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    def go() -> int:
+        api = Api(args.server, args.api_key)
+        print_state(api.request("POST", f"/v1/jobs/{args.job_id}/retry").json())
+        return follow_job(api, args.job_id) if args.follow else EXIT_OK
+
+    return run_requests(go)
+
+
+def main(argv: list[str]) -> int:
+    return run(build_parser().parse_args(argv))
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
