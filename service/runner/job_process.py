@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import secret_fields
+from pipeline.error_line import error_line
 from pipeline.job import events as ev
 from pipeline.job.engine import Job
 from pipeline.job.errors import JobCancelled, JobError
@@ -157,8 +158,7 @@ def run_attempt(run_dir: Path) -> int:
     except Exception as exc:  # noqa: BLE001 - whatever it is, the outcome must reach the events file
         traceback.print_exc()
         if sink.terminal is None:
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            sink(ev.JobFailed(category="app", message=f"{type(exc).__name__}: {first}"))
+            sink(ev.JobFailed(category="app", message=error_line(exc)))
         return EXIT_FAILURE
     finally:
         sink.close()

@@ -18,6 +18,7 @@ import socket
 from fastapi import APIRouter, Response, status
 from starlette.concurrency import run_in_threadpool
 
+from pipeline.error_line import error_line
 from service.api import schemas
 from service.api.deps import DbDep, SettingsDep, SupervisorDep
 
@@ -48,7 +49,7 @@ def _check_database(db: DbDep) -> schemas.Check:
     try:
         db.ping()
     except Exception as exc:  # noqa: BLE001 - any failure means not ready, with its reason
-        return schemas.Check(ok=False, detail=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return schemas.Check(ok=False, detail=error_line(exc))
     return schemas.Check(ok=True, detail=db.url.render_as_string(hide_password=True))
 
 
