@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib import metadata
 from typing import Any
 
@@ -81,6 +81,34 @@ def runner_config(settings: Settings) -> RunnerConfig:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
+    public = settings.public_docs
+    app = FastAPI(
+        title="tokenmill",
+        version=_version(),
+        summary="Submit, follow, cancel and resume tokenmill jobs.",
+        lifespan=_lifespan(settings),
+        openapi_url="/openapi.json" if public else None,
+        docs_url="/docs" if public else None,
+        redoc_url="/redoc" if public else None,
+    )
+    app.state.settings = settings
+    app.state.db = app.state.supervisor = None
+    app.state.key_cache = KeyCache(settings.auth_cache_s)
+    # the key before the body, then the body bounded in size and time (inside the latency middleware: timed too)
+    app.add_middleware(Edge, routes=app.router.routes, max_body_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s)
+    app.add_middleware(Audit)  # outside the edge: its 401s are audited too
+    _include_routers(app)
+    if not public:
+        _add_keyed_docs(app)
+    _add_error_handlers(app)
+    install_openapi(app)  # every error a route answers, in the schema
+    return app
+
+
+def _lifespan(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Startup: the state folder, the database migrated, the supervisor and the scheduler started (where this
+    process runs jobs); shutdown: both stopped, the database's connections closed."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -109,23 +137,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await run_in_threadpool(supervisor.stop)
             db.dispose()
 
-    public = settings.public_docs
-    app = FastAPI(
-        title="tokenmill",
-        version=_version(),
-        summary="Submit, follow, cancel and resume tokenmill jobs.",
-        lifespan=lifespan,
-        openapi_url="/openapi.json" if public else None,
-        docs_url="/docs" if public else None,
-        redoc_url="/redoc" if public else None,
-    )
-    app.state.settings = settings
-    app.state.db = app.state.supervisor = None
-    app.state.key_cache = KeyCache(settings.auth_cache_s)
-    # the key before the body, then the body bounded in size and time (inside the latency middleware: timed too)
-    app.add_middleware(Edge, routes=app.router.routes, max_body_bytes=settings.max_body_bytes,
-                       body_timeout_s=settings.body_timeout_s)
-    app.add_middleware(Audit)  # outside the edge: its 401s are audited too
+    return lifespan
+
+
+def _include_routers(app: FastAPI) -> None:
     app.include_router(health.router)
     app.include_router(jobs.router)
     app.include_router(artifacts.router)  # a job's and a version's files: what trainers stream
@@ -134,20 +149,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(audit.router)  # who did what, and every refusal (issue 37)
     metrics.install(app)  # /metrics and the HTTP latency middleware
     app.include_router(dashboard.router)  # the page at /
-    if not public:
-        @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key)])
-        def openapi() -> dict[str, Any]:
-            return app.openapi()
 
-        # a browser cannot send a bearer key when it opens a page: the docs pages are served only with
-        # --public-docs; without it they say so (no key needed to read that), instead of a bare 404
-        @app.get("/docs", include_in_schema=False)
-        @app.get("/redoc", include_in_schema=False)
-        def docs_off() -> JSONResponse:
-            return JSONResponse({"detail": DOCS_OFF}, status.HTTP_404_NOT_FOUND)
-    _add_error_handlers(app)
-    install_openapi(app)  # every error a route answers, in the schema
-    return app
+
+def _add_keyed_docs(app: FastAPI) -> None:
+    """Without ``--public-docs``: the schema behind the key, and the docs pages saying how to get them."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key)])
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    # a browser cannot send a bearer key when it opens a page: the docs pages are served only with
+    # --public-docs; without it they say so (no key needed to read that), instead of a bare 404
+    @app.get("/docs", include_in_schema=False)
+    @app.get("/redoc", include_in_schema=False)
+    def docs_off() -> JSONResponse:
+        return JSONResponse({"detail": DOCS_OFF}, status.HTTP_404_NOT_FOUND)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -22,6 +22,13 @@ TS = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
+    _create_jobs()
+    _create_job_attempts()
+    _create_job_events()
+    _create_api_keys()
+
+
+def _create_jobs() -> None:
     op.create_table(
         "jobs",
         sa.Column("seq", BIGPK, primary_key=True, autoincrement=True),
@@ -49,6 +56,9 @@ def upgrade() -> None:
     op.create_index("ix_jobs_name", "jobs", ["name"])
     op.create_index("ix_jobs_state_queued_at", "jobs", ["state", "queued_at"])
     op.create_index("ix_jobs_created_at", "jobs", ["created_at"])
+
+
+def _create_job_attempts() -> None:
     op.create_table(
         "job_attempts",
         sa.Column("id", BIGPK, primary_key=True, autoincrement=True),
@@ -66,6 +76,9 @@ def upgrade() -> None:
         sa.Column("cancel_sent_at", TS, nullable=True),
         sa.UniqueConstraint("job_id", "number", name="uq_job_attempts_job_number"),
     )
+
+
+def _create_job_events() -> None:
     op.create_table(
         "job_events",
         sa.Column("id", BIGPK, primary_key=True, autoincrement=True),
@@ -77,6 +90,9 @@ def upgrade() -> None:
         sa.Column("data", JSON, nullable=False),
         sa.UniqueConstraint("job_id", "seq", name="uq_job_events_job_seq"),
     )
+
+
+def _create_api_keys() -> None:
     op.create_table(
         "api_keys",
         sa.Column("id", sa.String(32), primary_key=True),
