@@ -55,7 +55,7 @@ def _tokenize_sample(tok_json: str, texts: list[str], barrier: Any, out: Any) ->
     os.environ["RAYON_NUM_THREADS"] = "1"
     from tokenizers import Tokenizer
 
-    from pipeline.fast_bpe import FastByteLevelBPE
+    from pipeline.fast.byte_level_bpe import FastByteLevelBPE
 
     tok = Tokenizer.from_str(tok_json)
     tok.encode_special_tokens = True

@@ -1,13 +1,14 @@
 """The two fast paths of the filters against the libraries they stand in for, on ``../shared/corpora`` text, in
-one process: the same answers, and how much cheaper.
+one process: the same answers, and how much cheaper (every fast path, with its reference and its difference
+test: :data:`pipeline.fast.FAST_PATHS`).
 
-- ``lid``: :meth:`FastTextModel.best` (``pipeline/filters/fasttext_numpy.py``) against fastText's own
+- ``lid``: :meth:`FastTextModel.best` (``pipeline/fast/fasttext_predict.py``) against fastText's own
   ``predict`` (k=1) with the bundled lid.176.ftz, batches of 256 documents as the stage runs them, on every
   document of lid/, web/, code/ and english/. Reported: CPU-seconds of each, their ratio, documents whose label
   or whose decision at ``min_score`` 0.65 differs (goal: none), the largest probability difference, and how
   many documents were handed to fastText as too close to call; ``c_splitter``: whether the token splitter's C
   extension (``kernels/text_native.c``) was built, else its Python equivalent ran.
-- ``words``: :meth:`ChunkRules.split` (``pipeline/filters/spacy_rules.py``) against spaCy's tokenizer of the
+- ``words``: :meth:`ChunkRules.split` (``pipeline/fast/spacy_rules.py``) against spaCy's tokenizer of the
   language, on the distinct chunks of those texts that are not plain words (what the cache misses), for en, de,
   ru, fr and xx. Reported per language: microseconds a chunk of each, chunks whose tokens differ (goal: none),
   and the share the port leaves to spaCy.
@@ -81,19 +82,19 @@ def bench_lid(texts: list[str]) -> dict:
 
 
 def bench_words(texts: list[str], n: int, langs: list[str]) -> dict:
-    from pipeline.filters.text import CacheBudget, WordSplitter
+    from pipeline.fast.word_chain import WordChain
 
     chunks = sorted({c for t in texts for c in t.split() if not c.isalpha()})
     random.Random(0).shuffle(chunks)
     chunks = chunks[:n]
     out: dict[str, dict] = {}
     for lang in langs:
-        s = WordSplitter(lang, budget=CacheBudget(10))
+        s = WordChain(lang)
         t = time.process_time()
-        ours = [s._rules.split(c) for c in chunks]
+        ours = [s.rules.split(c) for c in chunks]
         t_rules = time.process_time() - t
         t = time.process_time()
-        want = [tok for i in range(0, len(chunks), 500) for tok in s._tokenize(chunks[i : i + 500])]
+        want = [tok for i in range(0, len(chunks), 500) for tok in s.spacy_tokens(chunks[i : i + 500])]
         t_spacy = time.process_time() - t
         diffs = [c for c, o, w in zip(chunks, ours, want, strict=True) if o is not None and o != w]
         out[lang] = {"chunks": len(chunks), "rules_us": round(t_rules / len(chunks) * 1e6, 1),

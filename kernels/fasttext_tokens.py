@@ -1,13 +1,14 @@
 """fastText's tokens of a batch of lines, numbered by distinct token: what the language-ID fast path needs to find
-each token's cached row sum (:mod:`pipeline.filters.fasttext_numpy`).
+each token's cached row sum (:mod:`pipeline.fast.fasttext_predict`).
 
-Why a kernel: on a long stream, the lid stage's cost was two thirds this step in Python (a str object per token,
-``dict.fromkeys`` and a lookup per token: ~300 ns a token, ~100 CPU-s per GB of text). The C extension
-``kernels._text_native`` (``kernels/text_native.c``, built by ``pip install``; a C compiler and Python's
-headers are needed, and where they are missing the install goes on without it) does it in one pass over the
-batch's UTF-8 bytes, with a batch-local hash table that compares equal bytes exactly, and hands Python only the
-distinct tokens. :func:`split_lines_py` is the same in Python, used where the extension is not built;
-``tests/test_lid.py`` checks that both agree.
+Why a kernel: on a long stream, most of the lid stage's cost was this step in Python (a str object per token,
+``dict.fromkeys`` and a lookup per token). The C extension ``kernels._text_native`` (``kernels/text_native.c``,
+built by ``pip install``; a C compiler and Python's headers are needed, and where they are missing the install
+goes on without it) does it in one pass over the batch's UTF-8 bytes, with a batch-local hash table that compares
+equal bytes exactly, and hands Python only the distinct tokens.
+
+**Must equal** :func:`split_lines_py`, which is also its **fallback**; it **steps aside** where the extension is
+not built. **Difference test**: ``tests/test_lid.py``.
 """
 
 from __future__ import annotations

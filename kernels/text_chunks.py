@@ -3,10 +3,14 @@ lists put back together from each chunk's tokens: the word splitter's batch path
 (:meth:`pipeline.filters.text.WordSplitter.words_many`).
 
 Why a kernel: the splitter caches spaCy's tokens per chunk in a dict of ~a million entries, and in Python each
-chunk of each document cost a str object and two probes of it (~100 ns each, waiting for memory), and the word
-list a Python step per chunk: ~70 CPU-s per GB of text. With ``kernels/text_native.c`` a batch's chunks are
+chunk of each document cost a str object and two probes of it (each waiting for memory), and the word
+list a Python step per chunk. With ``kernels/text_native.c`` a batch's chunks are
 numbered in a small table that stays in the CPU's cache, the large one is probed once per distinct chunk, and the
 lists are built in C. :func:`split_texts_py` and :func:`assemble_py` are the same in Python.
+
+**Must equal** :func:`split_texts_py` and :func:`assemble_py`, its Python twin, which is also its **fallback**; it
+**steps aside** where the extension is not built. **Difference test**: ``tests/test_filters_heuristic.py``
+(``test_words_many_in_c_equal_words_one_by_one``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
 """Gopher quality's per-token sums over a document's words: how many are words (not only symbols), their
 characters, and how many tokens have a letter (:class:`pipeline.filters.gopher.GopherQuality`).
 
-Why a kernel: a Python step per token (a dict of codes probed twice per token, ~100 ns each on a million-entry
-dict) cost ~35 CPU-s per GB of text; the C loop in ``kernels/text_native.c`` reads each token's characters
+Why a kernel: a Python step per token (a dict of codes probed twice per token, on a million-entry dict) was a
+large part of the filter's cost; the C loop in ``kernels/text_native.c`` reads each token's characters
 directly. :func:`word_sums_py` is the same in Python (the reference the tests compare with); where the extension
 is not built, the filter keeps its own cached per-token codes.
+
+**Must equal** :func:`word_sums_py`. **Fallback**: the filter's cached per-token codes
+(:meth:`pipeline.filters.gopher.GopherQuality._word_sums`); it **steps aside** where the extension is not built.
+**Difference test**: ``tests/test_filters_heuristic.py`` (``test_gopher_quality_word_sums_in_c_equal_python``).
 """
 
 from __future__ import annotations

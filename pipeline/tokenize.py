@@ -16,7 +16,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from pipeline import storage
-from pipeline.fast_bpe import FastByteLevelBPE
+from pipeline.fast.byte_level_bpe import FastByteLevelBPE
 from pipeline.spec import TokenizerSpec
 
 
@@ -102,7 +102,7 @@ class DocEncoder:
         # turn into that token: encode it as plain text; only the packer adds BOS/EOS.
         self.tok.encode_special_tokens = True
         self.info = info
-        # the same ids as encode_batch_fast, several times faster (pipeline/fast_bpe.py); None: HF itself
+        # the same ids as encode_batch_fast, several times faster (pipeline/fast/byte_level_bpe.py); None: HF itself
         self._fast = FastByteLevelBPE(tok) if fast and FastByteLevelBPE.supports(tok) else None
 
     def ids(self, texts: list[str]) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""pipeline/fast_bpe.py: the same token ids as HF ``tokenizers`` (encode_batch_fast), or HF itself."""
+"""pipeline/fast/byte_level_bpe.py: the same token ids as HF ``tokenizers`` (encode_batch_fast), or HF itself."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, normalizers
 
-from pipeline.fast_bpe import FastByteLevelBPE
+from pipeline.fast.byte_level_bpe import FastByteLevelBPE
 from pipeline.spec import TokenizerSpec
 from pipeline.tokenize import DocEncoder, TokenizerInfo, special_tokens, train_bpe
 
@@ -103,7 +103,7 @@ def test_other_tokenizers_are_left_to_tokenizers(tok, change):
 
 
 def test_a_full_cache_keeps_its_newer_half(tok, texts, monkeypatch):
-    import pipeline.fast_bpe as fb
+    import pipeline.fast.byte_level_bpe as fb
 
     monkeypatch.setattr(fb, "MAX_CACHE", 50)
     monkeypatch.setattr(fb, "MAX_CHUNKS", 40)
@@ -117,7 +117,7 @@ def test_chunk_boundaries_around_every_kind_of_space(tok):
     """Texts cut into chunks at spaces: random mixes of spaces, other whitespace (some that Python and
     Oniguruma disagree on), letters, digits, punctuation and contractions, both ways of cutting
     (``str.split`` and the regex for texts with a space before whitespace or at the end)."""
-    import pipeline.fast_bpe as fb
+    import pipeline.fast.byte_level_bpe as fb
 
     tok.encode_special_tokens = True
     fast = FastByteLevelBPE(tok)

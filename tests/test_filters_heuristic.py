@@ -8,10 +8,11 @@ from collections import Counter
 
 import pytest
 
+from pipeline.fast.word_chain import spacy_tokenizer
 from pipeline.filters.c4 import C4Quality
 from pipeline.filters.fineweb import FineWebQuality
 from pipeline.filters.gopher import BatchNGrams, GopherQuality, GopherRepetition, NGrams
-from pipeline.filters.text import _spacy_tokenizer, normalize_lang, splitter
+from pipeline.filters.text import normalize_lang, splitter
 from pipeline.stages import stage_class
 from pipeline.stages.base import StageContext, run_batch
 
@@ -111,7 +112,7 @@ def test_words_equal_spacy_on_the_whole_text():
     text = ("Don't panic: e.g. the U.S. office (est. 1999) said \"it's fine\"... see https://example.org/a?b=1 "
             "or mail me@example.com :) -- costs $5.99/month, 10km away; rock'n'roll! #tag @user 3x4 x=1+2\n"
             "gonna cannot Dont 'quoted' [1] {braces} <html> a/b co-operate 5th...")
-    tok = _spacy_tokenizer("en")[0]
+    tok = spacy_tokenizer("en")[0]
     expected = [t.text for t in tok(text) if t.text.strip()]
     s = splitter("en")
     assert s.words(text) == expected
@@ -123,7 +124,7 @@ def test_words_equal_spacy_on_the_whole_text():
 def test_sentences_equal_spacy_sentencizer():
     from spacy.pipeline import Sentencizer
 
-    tok = _spacy_tokenizer("en")[0]
+    tok = spacy_tokenizer("en")[0]
     sentencizer = Sentencizer()
     lines = ["One. Two! Three?", "Dr. Smith arrived at 5 p.m. and left.", "No end mark here", "Wait... what?!",
              "He said \"stop.\" Then he left.", "A .  . B", "Tabs.\tAnd more.", "x"]
@@ -492,15 +493,16 @@ def _corpus_chunks(limit: int = 60_000) -> list[str]:
 
 @pytest.mark.parametrize("lang", ["en", "xx", "hi"])
 def test_the_affix_fast_path_gives_spacys_tokens(lang):
-    """Every chunk the fast path splits, spaCy splits the same way (its own tokenizer, asked directly)."""
-    from pipeline.filters.text import WordSplitter
+    """Every chunk the word chain's ``one_mark`` route (pipeline.fast.word_chain) splits, spaCy splits the same
+    way (its own tokenizer, asked directly)."""
+    from pipeline.fast.word_chain import WordChain, one_mark
 
-    s = WordSplitter(lang)
-    assert s._base_affixes
+    s = WordChain(lang)
+    assert s.base_affixes and "one_mark" in dict(s.routes)
     chunks = list(dict.fromkeys(_AFFIX_CASES + (_corpus_chunks() if lang == "en" else [])))
-    fast = {c: s._affix_split(c) for c in chunks}
+    fast = {c: one_mark(c, s.special) for c in chunks}
     taken = [c for c, split in fast.items() if split is not None]
-    assert {c: fast[c] for c in taken} == dict(zip(taken, s._tokenize(taken), strict=True))
+    assert {c: fast[c] for c in taken} == dict(zip(taken, s.spacy_tokens(taken), strict=True))
     assert {"word,", "(word", "word.", "Straße,", "(Москва", "LORD.", "AB."} <= set(taken)
     assert not {"A.", "xA.", "U.S.,", "word),"} & set(taken)  # spaCy's own rules decide these
     if lang == "en":
@@ -521,7 +523,7 @@ def test_affix_searches_return_what_spacys_regexes_return(lang):
     """prefix_matcher / suffix_searcher against spaCy's compiled regexes, match for match (start and end)."""
     from spacy.util import compile_prefix_regex, compile_suffix_regex, get_lang_class
 
-    from pipeline.filters.affix_search import prefix_matcher, suffix_searcher
+    from pipeline.fast.affix_search import prefix_matcher, suffix_searcher
 
     d = get_lang_class(lang).Defaults
     pairs = [(prefix_matcher(d.prefixes), compile_prefix_regex(d.prefixes).search),
@@ -552,7 +554,7 @@ def test_the_word_splitter_tokenizes_as_spacy_blank(lang):
         want = [t.text for c in part for t in reference(c)]
         assert s.words(" ".join(part)) == want, part
         shuffled = rng.sample(part, len(part))  # asked in another order and company: the same tokens
-        assert dict(zip(shuffled, fresh._tokenize(shuffled), strict=True)) == {
+        assert dict(zip(shuffled, fresh.chain.spacy_tokens(shuffled), strict=True)) == {
             c: tuple(t.text for t in reference(c)) for c in part}
 
 
@@ -586,10 +588,40 @@ def test_one_cache_budget_bounds_every_languages_caches_together():
 
 
 def test_languages_with_their_own_affix_rules_always_ask_spacy():
-    from pipeline.filters.text import WordSplitter
+    from pipeline.fast.word_chain import WordChain
 
     for lang in ("de", "fr", "ja"):
-        assert not WordSplitter(lang)._base_affixes
+        chain = WordChain(lang)
+        assert not chain.base_affixes and "one_mark" not in dict(chain.routes)
+
+
+def test_the_word_chain_runs_its_declared_routes_in_order():
+    """The chain is the declared ROUTES, in order, with the routes that do not apply to a language left out; the
+    first route that answers a chunk gives its tokens, and spaCy gets only what every route stepped aside for."""
+    from pipeline.fast.word_chain import ROUTES, WordChain
+
+    assert [r.name for r in ROUTES] == ["plain", "one_mark", "chunk_rules"]
+    assert all(r.steps_aside for r in ROUTES)
+    en = WordChain("en")
+    assert [name for name, _ in en.routes] == ["plain", "one_mark", "chunk_rules"]
+    assert [name for name, _ in WordChain("de").routes] == ["plain", "chunk_rules"]
+    split = dict(en.routes)
+    assert split["plain"]("word") == ("word",) and split["plain"]("cannot") is None  # a special case steps aside
+    assert split["one_mark"]("word,") == ("word", ",") and split["one_mark"]("x:(") is None
+    assert en.split("x:(") is None  # every route steps aside: spaCy's matcher decides
+
+    class Counting(WordChain):
+        asked: list[list[str]] = []
+
+        def spacy_tokens(self, chunks):
+            self.asked.append(list(chunks))
+            return super().spacy_tokens(chunks)
+
+    chunks = ["word", "word,", "(e.g.,", "x:("]
+    counting = Counting("en")
+    found = counting.tokens(chunks, {})
+    assert counting.asked == [["x:("]]
+    assert found == dict(zip(chunks, en.spacy_tokens(chunks), strict=True))
 
 
 _CODE_CHUNKS = [
@@ -604,16 +636,16 @@ _CODE_CHUNKS = [
 
 @pytest.mark.parametrize("lang", ["en", "de", "fr", "ru", "pl", "it", "es", "xx"])
 def test_the_rules_port_gives_spacys_tokens_or_steps_aside(lang):
-    """spacy_rules.ChunkRules (spaCy's affix and infix algorithm in Python) gives spaCy's own tokens for every
-    chunk it answers, and steps aside (None) where spaCy's special-case matcher could join tokens."""
-    from pipeline.filters.text import WordSplitter
+    """pipeline.fast.spacy_rules.ChunkRules (spaCy's affix and infix algorithm in Python) gives spaCy's own tokens
+    for every chunk it answers, and steps aside (None) where spaCy's special-case matcher could join tokens."""
+    from pipeline.fast.word_chain import WordChain
 
-    s = WordSplitter(lang)
+    s = WordChain(lang)
     chunks = list(dict.fromkeys(_AFFIX_CASES + _CODE_CHUNKS + _adversarial_chunks(4000, seed=13)
                                 + (_corpus_chunks(20_000) if lang in ("en", "de") else [])))
-    ours = {c: s._rules.split(c) for c in chunks}
+    ours = {c: s.rules.split(c) for c in chunks}
     answered = [c for c, split in ours.items() if split is not None]
-    assert {c: ours[c] for c in answered} == dict(zip(answered, s._tokenize(answered), strict=True))
+    assert {c: ours[c] for c in answered} == dict(zip(answered, s.spacy_tokens(answered), strict=True))
     assert len(answered) >= 0.7 * len(chunks)  # the port, not spaCy, answers most (~90% of real chunks)
     assert ours["x:("] is None and ours["word:)"] is None  # an emoticon after a word: spaCy's matcher decides
     if lang == "en":  # special cases the matcher would find but not change (``'s``, ``does`` ``n't``): answered

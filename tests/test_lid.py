@@ -368,11 +368,11 @@ def test_the_fast_path_gives_lid176s_labels_and_probabilities(default_model):
 
 
 def test_the_fast_path_keeps_its_caches_bounded(default_model, monkeypatch):
-    from pipeline.filters import fasttext_numpy
+    from pipeline.fast import fasttext_predict
 
     # bytes for 200 tokens of lid.176 (16 dimensions): generations of 100
-    monkeypatch.setattr(fasttext_numpy, "TOKEN_CACHE", 200 * (4 * 16 + fasttext_numpy.TOKEN_OVERHEAD))
-    fast = fasttext_numpy.TopLabel.load(default_model._model, default_model.path)
+    monkeypatch.setattr(fasttext_predict, "TOKEN_CACHE", 200 * (4 * 16 + fasttext_predict.TOKEN_OVERHEAD))
+    fast = fasttext_predict.TopLabel.load(default_model._model, default_model.path)
     assert fast is not None
     texts = adversarial_texts(300, seed=5)
     for i in range(0, len(texts), 16):
@@ -453,9 +453,9 @@ def test_the_c_token_splitter_equals_the_python_one():
 
 def test_the_fast_path_with_the_python_splitter(default_model, monkeypatch):
     from kernels import fasttext_tokens
-    from pipeline.filters import fasttext_numpy
+    from pipeline.fast import fasttext_predict
 
-    monkeypatch.setattr(fasttext_numpy, "split_lines", fasttext_tokens.split_lines_py)
-    fast = fasttext_numpy.TopLabel.load(default_model._model, default_model.path)
+    monkeypatch.setattr(fasttext_predict, "split_lines", fasttext_tokens.split_lines_py)
+    fast = fasttext_predict.TopLabel.load(default_model._model, default_model.path)
     monkeypatch.setattr(default_model, "_fast", fast)
     assert_same_as_predict(default_model, adversarial_texts(200, seed=9))

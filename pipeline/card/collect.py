@@ -162,10 +162,10 @@ def dropped_sample(folder: str, tokenizer_json: str | None) -> Dropped:
 
 def _token_counts(tokenizer_json: str, texts: list[str]) -> list[int]:
     """Tokens per text as the job's write phase counts them (special tokens' text as plain text; the same ids
-    through :mod:`pipeline.fast_bpe` where it applies, several times faster than ``tokenizers``)."""
+    through :mod:`pipeline.fast.byte_level_bpe` where it applies, several times faster than ``tokenizers``)."""
     from tokenizers import Tokenizer  # loaded only when there is something to encode
 
-    from pipeline.fast_bpe import FastByteLevelBPE
+    from pipeline.fast.byte_level_bpe import FastByteLevelBPE
 
     tok = Tokenizer.from_str(tokenizer_json)
     tok.encode_special_tokens = True

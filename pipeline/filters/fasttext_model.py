@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.filters.fasttext_numpy import FASTTEXT_MAGIC as MAGIC_INT32
-from pipeline.filters.fasttext_numpy import LABEL_PREFIX, TopLabel
+from pipeline.fast.fasttext_predict import FASTTEXT_MAGIC as MAGIC_INT32
+from pipeline.fast.fasttext_predict import LABEL_PREFIX, TopLabel
 from pipeline.problems import ParamError
 
 #: the distribution and the file inside it that hold fastText's 176-language model (917 kB, quantized)
@@ -100,9 +100,9 @@ class FastTextModel:
         self._fast = TopLabel.load(self._model, self.path)
 
     def best(self, texts: Sequence[str], cutoffs: Sequence[float] = ()) -> list[list[tuple[str, float]]]:
-        """``predict(texts, k=1)``, the same labels and probabilities, computed by :mod:`fasttext_numpy` where the
-        model allows it (several times cheaper); a text whose best label or whose probability against one of
-        ``cutoffs`` is too close to call that way is given to fastText itself."""
+        """``predict(texts, k=1)``, the same labels and probabilities, computed by
+        :mod:`pipeline.fast.fasttext_predict` where the model allows it; a text whose best label or whose probability
+        against one of ``cutoffs`` is too close to call that way is given to fastText itself."""
         if self._fast is None or not texts:
             return self.predict(texts, k=1)
         fast = self._fast.best(fasttext_lines(texts), cutoffs)

@@ -83,7 +83,7 @@ class LanguageId(FilterStage):
         return self._verdict(doc, self._predict([doc["text"]])[0])
 
     def _predict(self, texts: list[str]) -> list[list[tuple[str, float]]]:
-        """The best label (fastText's own result, computed faster: :mod:`pipeline.filters.fasttext_numpy`, exact
+        """The best label (fastText's own result, computed faster: :mod:`pipeline.fast.fasttext_predict`, exact
         at ``min_score``), or the ``top_k`` best from fastText."""
         model = self._loaded()
         if self.params.top_k:

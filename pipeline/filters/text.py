@@ -5,8 +5,9 @@ off ("don't" -> "do" "n't", "(see" -> "(" "see") moves every ratio. datatrove, t
 of these rules, splits words with spaCy's rule-based tokenizer of the language (rules only: no model, nothing
 downloaded), so tokenmill uses the same rules, from the same library, and its decisions agree with datatrove's.
 spaCy decides every whitespace-separated chunk on its own, so :class:`WordSplitter` asks it once per distinct
-chunk, in one batched call per document, and caches the answer: a corpus repeats the same chunks, and a chunk
-of letters only (most of them) is one word without asking spaCy at all.
+chunk, in one batched call per document, and caches the answer: a corpus repeats the same chunks, and most
+chunks get spaCy's tokens without asking spaCy at all, by one of the routes declared, with the condition under
+which each steps aside, in :mod:`pipeline.fast.word_chain`.
 
 **Languages written without spaces** (Chinese, Japanese, Thai, Lao, Khmer, Burmese, Tibetan): each character of
 those scripts, with its combining marks, is one word; the rest of the text is split by spaCy's multi-language
@@ -34,25 +35,16 @@ from functools import lru_cache
 from itertools import chain, filterfalse
 from typing import Any, cast
 
-import numpy as np
 import regex
 
 from kernels import text_chunks
-from pipeline.filters.affix_search import prefix_matcher, suffix_searcher
-from pipeline.filters.spacy_rules import ChunkRules
+from pipeline.fast.word_chain import NO_SPACE_LANGS, WordChain
 from pipeline.stages.base import Verdict
 
 #: The default language of a document without ``meta["lang"]`` (the published rules are for English).
 DEFAULT_LANG = "en"
 
-#: Languages written without spaces between words: each character of these scripts is a word.
-NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
-_NO_SPACE_CHAR = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]\p{M}*")
-_NO_SPACE_SPLIT = regex.compile(f"({_NO_SPACE_CHAR.pattern})")
 _WHITESPACE_RUNS = re.compile(r"(\s+)")
-#: punctuation spaCy's base rules split off the end of any word (:meth:`WordSplitter._affix_split`)
-_SPLIT_SUFFIXES = frozenset(",;:!?)")
-_ASCII_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 #: ISO 639-3 (and GlotLID's ``xxx_Script``) codes of the languages this module knows, to their ISO 639-1 code.
 _ISO3 = {
@@ -144,56 +136,6 @@ def find_duplicates(items: Iterable[str]) -> tuple[int, int]:
             dup_items += n - 1
             dup_chars += (n - 1) * len(item)
     return dup_items, dup_chars
-
-
-def _spacy_tokenizer(lang: str) -> tuple[Any, frozenset[str], frozenset[str]]:
-    """spaCy's rule-based tokenizer of ``lang`` (``xx``, multi-language, for a language spaCy lacks), the keys of
-    its special cases, and the sentencizer's punctuation. Built like ``spacy.blank(lang).tokenizer`` without
-    loading a pipeline and its registry (several times faster), with equivalent prefix and suffix searches that
-    scan less (:mod:`pipeline.filters.affix_search`)."""
-    # spaCy imports thinc (seconds): only in a worker that splits words, never to validate a spec
-    from spacy.pipeline import Sentencizer
-    from spacy.tokenizer import Tokenizer
-    from spacy.util import compile_infix_regex, compile_prefix_regex, compile_suffix_regex, get_lang_class
-    from spacy.vocab import Vocab
-
-    try:
-        defaults = get_lang_class(lang).Defaults
-    except Exception:  # spaCy raises ImportError (E048) for a language it does not have
-        defaults = get_lang_class("xx").Defaults
-    tok = Tokenizer(
-        Vocab(),
-        rules=defaults.tokenizer_exceptions,
-        prefix_search=(prefix_matcher(defaults.prefixes) or compile_prefix_regex(defaults.prefixes).search)
-        if defaults.prefixes else None,
-        suffix_search=(suffix_searcher(defaults.suffixes) or compile_suffix_regex(defaults.suffixes).search)
-        if defaults.suffixes else None,
-        infix_finditer=compile_infix_regex(defaults.infixes).finditer if defaults.infixes else None,
-        token_match=defaults.token_match,
-        url_match=defaults.url_match,
-    )
-    return tok, frozenset(defaults.tokenizer_exceptions), frozenset(Sentencizer.default_punct_chars)
-
-
-def _special_tokens(tok: Any) -> dict[str, tuple[str, ...]]:
-    """The tokenizer's special cases: each string and the tokens it becomes."""
-    from spacy.attrs import ORTH  # spaCy: see _spacy_tokenizer
-
-    return {key: tuple(t[ORTH] for t in tokens) for key, tokens in tok.rules.items()}
-
-
-def _base_affixes(lang: str) -> bool:
-    """True when ``lang``'s tokenizer splits prefixes and suffixes by spaCy's base punctuation rules (``en``,
-    ``xx`` and about fifty others) and has no ``token_match``: :meth:`WordSplitter._affix_split` assumes them."""
-    from spacy.lang.punctuation import TOKENIZER_PREFIXES, TOKENIZER_SUFFIXES  # spaCy: see _spacy_tokenizer
-    from spacy.util import get_lang_class
-
-    try:
-        defaults = get_lang_class(lang).Defaults
-    except Exception:  # as in _spacy_tokenizer: the multi-language rules
-        defaults = get_lang_class("xx").Defaults
-    return (defaults.prefixes == TOKENIZER_PREFIXES and defaults.suffixes == TOKENIZER_SUFFIXES
-            and defaults.token_match is None)
 
 
 class CacheBudget:
@@ -288,10 +230,9 @@ class WordSplitter:
     def __init__(self, lang: str, budget: CacheBudget | None = None, memo: WordMemo | None = None):
         self.lang = lang
         self.no_space = lang in NO_SPACE_LANGS
-        self._tok, self._special, punct = _spacy_tokenizer("xx" if self.no_space else lang)
-        self._rules = ChunkRules(self._tok, _special_tokens(self._tok))
-        self._base_affixes = not self.no_space and _base_affixes(lang)
-        self._punct_chars = punct
+        #: how a chunk's tokens are found: the declared routes, spaCy last (:mod:`pipeline.fast.word_chain`)
+        self.chain = WordChain(lang)
+        self._punct_chars = self.chain.punct_chars
         self._memo = memo or _MEMO
         self._cache: dict[str, tuple[str, ...]] = {}
         self._old: dict[str, tuple[str, ...]] = {}  # the previous generation of the cache
@@ -389,7 +330,8 @@ class WordSplitter:
         return "".join(out)
 
     def _ensure(self, chunks: Iterable[str]) -> None:
-        """Put every chunk in the cache (one spaCy call for those it lacks); call with the lock held."""
+        """Put every chunk in the cache (the chain's routes, one spaCy call for those they leave); call with the
+        lock held."""
         self._budget.turn_if_due()  # a new generation: memory stays bounded (CacheBudget)
         cache = self._cache
         missing = set(filterfalse(cache.__contains__, chunks))  # no bytecode per chunk
@@ -402,91 +344,12 @@ class WordSplitter:
             if known:
                 cache.update((c, old[c]) for c in known)
                 missing -= known
-        ask: list[str] = []
-        scripts: list[tuple[str, list[str]]] = []
-        for chunk in missing:
-            if self.no_space and _NO_SPACE_CHAR.search(chunk):
-                parts = [p for p in _NO_SPACE_SPLIT.split(chunk) if p]
-                scripts.append((chunk, parts))
-                ask.extend(p for p in parts if not _NO_SPACE_CHAR.fullmatch(p) and p not in cache)
-            elif chunk.isalpha() and chunk not in self._special:
-                cache[chunk] = (chunk,)
-            elif self._base_affixes and (split := self._affix_split(chunk)) is not None:
-                cache[chunk] = split
-            elif (split := self._rules.split(chunk)) is not None:
-                cache[chunk] = split
-            else:
-                ask.append(chunk)
-        if ask:
-            ask = list(dict.fromkeys(ask))
-            cache.update(zip(ask, self._tokenize(ask), strict=True))
-        for chunk, parts in scripts:  # one word per character of the script, the rest by spaCy's rules
-            cache[chunk] = tuple(chain.from_iterable(
-                (p,) if _NO_SPACE_CHAR.fullmatch(p) else cache[p] for p in parts
-            ))
+        cache.update(self.chain.tokens(missing, cache))
         self._budget.spend(len(cache) - before)
 
     def _turn(self) -> None:
         """The current generation becomes the previous one (:meth:`CacheBudget.turn_if_due`, lock held)."""
         self._old, self._cache, self._kind, self._sig = self._cache, {}, {}, {}
-
-    def _affix_split(self, chunk: str) -> tuple[str, str] | None:
-        """spaCy's tokens of the commonest chunks after plain words, without spaCy: a word and one punctuation
-        mark (``word,`` ``word;`` ``word)`` ``(word``, and ``word.`` after a lowercase ASCII letter), a third of the
-        chunks spaCy was asked for in English prose and code. None for any other chunk.
-
-        Why these are exact under spaCy's base rules: the chunk and its word are no special case (checked), a
-        word of letters matches no URL, infix or further affix rule, and ``, ; : ! ? ( )`` are split off
-        unconditionally (``LIST_PUNCT``), a period only after a lowercase letter or two capitals (a lone
-        capital's ``A.`` stays whole, ``xA.`` too), as ``tests/test_filters_heuristic.py`` checks against spaCy
-        itself."""
-        if len(chunk) < 2 or chunk in self._special:
-            return None
-        head, tail = chunk[0], chunk[-1]
-        if head == "(":
-            word, out = chunk[1:], (head, chunk[1:])
-        elif tail in _SPLIT_SUFFIXES or (tail == "." and ("a" <= chunk[-2] <= "z"
-                                                        or (len(chunk) > 2 and _ASCII_UPPER.issuperset(chunk[-3:-1])))):
-            word, out = chunk[:-1], (chunk[:-1], tail)
-        else:
-            return None
-        return out if word.isalpha() and word not in self._special else None
-
-    def _tokenize(self, chunks: Sequence[str]) -> list[tuple[str, ...]]:
-        """spaCy's tokens of each chunk, from one call on the chunks joined by spaces.
-
-        Chunks hold no whitespace, so a token belongs to the chunk its offset falls in. Where a chunk ends or the
-        next one starts with a character that is not a letter or digit, they are joined by two spaces: the second
-        makes a whitespace token (dropped here) that keeps spaCy's pass over special cases spanning tokens
-        (``:(``, ``):``) from letting a chunk's neighbour change its tokens (``a) :(`` gives ``:`` ``(``, ``:(``
-        alone ``:(``), so that a chunk's words never depend on the batch it was asked in. One space elsewhere: a
-        whitespace token costs spaCy as much as a word.
-        """
-        from spacy.attrs import IDX, LENGTH  # spaCy: see _spacy_tokenizer
-
-        parts: list[str] = []
-        starts_list: list[int] = []
-        pos, prev_alnum = 0, True
-        for chunk in chunks:
-            if parts:
-                sep = " " if prev_alnum and chunk[0].isalnum() else "  "
-                parts.append(sep)
-                pos += len(sep)
-            starts_list.append(pos)
-            parts.append(chunk)
-            pos += len(chunk)
-            prev_alnum = chunk[-1].isalnum()
-        joined = "".join(parts)
-        starts = np.array(starts_list, dtype=np.int64)
-        lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-        with self._tok.vocab.memory_zone():  # free spaCy's strings of this call: a worker lives long
-            spans = self._tok(joined).to_array([IDX, LENGTH])
-        owner = np.searchsorted(starts, spans[:, 0], side="right") - 1  # the chunk at or before each token
-        spans = spans[spans[:, 0] - starts[owner] < lengths[owner]]  # the separators' whitespace tokens out
-        tokens = [joined[a : a + n] for a, n in spans.tolist()]
-        first = np.searchsorted(spans[:, 0], starts).tolist() + [len(tokens)]  # first token of each chunk
-        return [tuple(tokens[first[i] : first[i + 1]]) for i in range(len(chunks))]
-
 
 def _is_punct(token: str) -> bool:
     """spaCy's ``is_punct``: every character is Unicode punctuation (category P*)."""

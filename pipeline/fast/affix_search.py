@@ -1,8 +1,14 @@
 """Faster, exactly equivalent prefix and suffix searches for spaCy's rule-based tokenizer.
 
+**Must equal** the ``search`` of spaCy's ``compile_prefix_regex`` / ``compile_suffix_regex`` (``spacy>=3.8,<3.9``),
+match for match. **Fallback**: those regexes themselves (:func:`pipeline.fast.word_chain.spacy_tokenizer` uses them
+where these return None). **Steps aside** for a rule set with a piece that has a top-level ``|`` or is not a
+string pattern. **Difference test**: ``tests/test_filters_heuristic.py``
+(``test_affix_searches_return_what_spacys_regexes_return``).
+
 spaCy builds its prefix regex as ``^p1|^p2|...`` and its suffix regex as ``s1$|s2$|...`` and calls
 ``.search`` on every chunk it splits. ``re.search`` tries every start position, and at each one all of the
-~12,000-character alternation: the suffix search alone was a third of the word splitter's time in spaCy. Both
+~12,000-character alternation: the suffix search alone was a large part of the word splitter's time in spaCy. Both
 searches can stop early without changing a single match:
 
 - every prefix alternative starts with ``^``, which (without MULTILINE) matches only at the string's start, so

@@ -1,18 +1,20 @@
 """spaCy's tokenizer algorithm on one whitespace-free chunk, in Python: the same tokens, without a ``Doc``.
 
+**Must equal** spaCy's ``Tokenizer`` (``spacy>=3.8,<3.9``) with the same rules. **Fallback**: spaCy itself, the
+word chain's last route (:meth:`pipeline.fast.word_chain.WordChain.spacy_tokens`). **Steps aside** (None) where
+a run of the tokens found spells a special case that would change them. **Difference test**:
+``tests/test_filters_heuristic.py`` (``test_the_rules_port_gives_spacys_tokens_or_steps_aside``), and
+``bench/fast_paths.py`` (``words``) on the shared corpora.
+
 Why: the word splitter (:class:`pipeline.filters.text.WordSplitter`) asks spaCy only for chunks it has not seen,
-but a web corpus keeps bringing new ones (URLs, code, numbers, words in quotes and brackets: ~4,000 a MB), and
-spaCy spends 26-46 us on each: its rules (a handful of regex searches) and, around them, a ``Doc`` and a lexeme
-per new string. :meth:`ChunkRules.split` runs ``Tokenizer._split_affixes`` and ``_attach_tokens``
-(spaCy 3.8's ``spacy/tokenizer.pyx``) line for line with the tokenizer's own ``prefix_search``, ``suffix_search``,
-``infix_finditer``, ``token_match``, ``url_match`` and special cases: 1.1-1.7x cheaper a chunk than asking spaCy
-(the regex searches, the same on both sides, are most of what is left).
+but a web corpus keeps bringing new ones (URLs, code, numbers, words in quotes and brackets), and for each spaCy
+builds, around its rules (a handful of regex searches), a ``Doc`` and a lexeme per new string.
+:meth:`ChunkRules.split` runs ``Tokenizer._split_affixes`` and ``_attach_tokens`` (spaCy 3.8's
+``spacy/tokenizer.pyx``) line for line with the tokenizer's own ``prefix_search``, ``suffix_search``,
+``infix_finditer``, ``token_match``, ``url_match`` and special cases, and nothing around them.
 
 What it does not port is spaCy's last pass, ``_apply_special_cases``: a matcher that re-joins tokens which together
-spell a special case containing punctuation (``:)``, ``a.m.``). Where a run of the tokens found spells a special
-case that would change them, :meth:`ChunkRules.split` returns None and the caller asks spaCy.
-``tests/test_filters_heuristic.py`` checks the tokens against spaCy's on generated chunks, and
-``bench/fast_paths.py`` on the shared corpora.
+spell a special case containing punctuation (``:)``, ``a.m.``); hence the step aside above.
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ class ChunkRules:
     def split(self, chunk: str) -> tuple[str, ...] | None:
         """spaCy's tokens of ``chunk`` (no whitespace in it), or None where its special-case matcher could
         change them."""
+        prefixes, string, suffixes = self._split_affixes(chunk)
+        tokens = prefixes
+        if string:
+            tokens.extend(self._attach(string))
+        tokens.extend(reversed(suffixes))
+        if len(tokens) == 1:  # the chunk itself: a special case was handled above, the matcher has no run
+            return (tokens[0],)
+        return None if self._matcher_may_change(tokens) else tuple(tokens)
+
+    def _split_affixes(self, chunk: str) -> tuple[list[str], str, list[str]]:
+        """``Tokenizer._split_affixes``: the prefixes split off ``chunk``, what is left between, and the suffixes
+        (last first). ``find_prefix`` and ``find_suffix`` are the match's length, 0 without one."""
         specials = self.specials
         token_match = self.token_match
         prefix_search = self.prefix_search
@@ -46,7 +60,6 @@ class ChunkRules:
         prefixes: list[str] = []
         suffixes: list[str] = []
         last_size = 0
-        # Tokenizer._split_affixes (find_prefix, find_suffix: the match's length, 0 without one)
         while string and len(string) != last_size:
             if token_match and token_match(string):
                 break
@@ -81,35 +94,33 @@ class ChunkRules:
             elif suf_len:
                 string = minus_suf
                 suffixes.append(suffix)
-        # Tokenizer._attach_tokens
-        tokens = prefixes
-        if string:
-            special = specials.get(string)
-            if special is not None:
-                tokens.extend(special)
-            elif (token_match and token_match(string)) or (self.url_match and self.url_match(string)):
-                tokens.append(string)
-            else:
-                matches = list(self.infix_finditer(string)) if self.infix_finditer else []
-                if not matches:
-                    tokens.append(string)
-                else:
-                    start = 0
-                    for match in matches:
-                        infix_start, infix_end = match.start(), match.end()
-                        if infix_start == 0:  # start_before_infixes
-                            continue
-                        if infix_start != start:
-                            tokens.append(string[start:infix_start])
-                        if infix_start != infix_end:
-                            tokens.append(string[infix_start:infix_end])
-                        start = infix_end
-                    if string[start:]:
-                        tokens.append(string[start:])
-        tokens.extend(reversed(suffixes))
-        if len(tokens) == 1:  # the chunk itself: a special case was handled above, the matcher has no run
-            return (tokens[0],)
-        return None if self._matcher_may_change(tokens) else tuple(tokens)
+        return prefixes, string, suffixes
+
+    def _attach(self, string: str) -> list[str]:
+        """``Tokenizer._attach_tokens`` on what is left between the affixes (not empty): a special case's tokens,
+        the string whole (a token or URL match), or its pieces between and at its infixes."""
+        special = self.specials.get(string)
+        if special is not None:
+            return list(special)
+        if (self.token_match and self.token_match(string)) or (self.url_match and self.url_match(string)):
+            return [string]
+        matches = list(self.infix_finditer(string)) if self.infix_finditer else []
+        if not matches:
+            return [string]
+        tokens: list[str] = []
+        start = 0
+        for match in matches:
+            infix_start, infix_end = match.start(), match.end()
+            if infix_start == 0:  # start_before_infixes
+                continue
+            if infix_start != start:
+                tokens.append(string[start:infix_start])
+            if infix_start != infix_end:
+                tokens.append(string[infix_start:infix_end])
+            start = infix_end
+        if string[start:]:
+            tokens.append(string[start:])
+        return tokens
 
     def _matcher_may_change(self, tokens: list[str]) -> bool:
         """Whether spaCy's matcher could change ``tokens``: some run of them (one token or more) spells a special
@@ -119,7 +130,7 @@ class ChunkRules:
         run's tokens already (``Bill`` ``'s``: ``'s`` is a special case of one token, ``'s``; ``does`` ``n't`` of
         ``doesn't``), the replacement changes no token, whichever of overlapping matches it picks, so the port's
         answer stands: before, every such chunk (a tenth of the misses, a possessive most often) went to spaCy,
-        the costliest path (~80 us a chunk)."""
+        the costliest path."""
         specials, longest = self.specials, self.longest_special
         for i in range(len(tokens)):
             text = tokens[i]

@@ -1,15 +1,22 @@
-"""Byte-level BPE encoding with the exact ids of HF ``tokenizers``, at several times its speed.
+"""Byte-level BPE encoding with the exact ids of HF ``tokenizers``, without its allocations.
+
+**Must equal** ``Tokenizer.encode_batch_fast(texts, add_special_tokens=False)`` of HF ``tokenizers``
+(``tokenizers>=0.20``), id for id. **Fallback**: ``tokenizers`` itself (:meth:`FastByteLevelBPE.encode_batch` hands it
+the documents it cannot vouch for; :mod:`pipeline.tokenize` uses it for every other tokenizer). **Steps aside** for
+a tokenizer whose pipeline is not the one reproduced here (:meth:`FastByteLevelBPE.supports`), and per document
+for a character whose split may differ (below). **Difference test**: ``tests/test_fast_bpe.py``; bench:
+``bench/tokenize_write.py``.
 
 Why: ``Tokenizer.encode_batch_fast`` spends most of its time allocating (a NormalizedString with
-per-byte alignments for every pre-token, a String per token, offsets, masks) rather than merging;
-on one core it tokenizes ~1.5 MB/s, which made tokenization the largest part of a job. Text is made
+per-byte alignments for every pre-token, a String per token, offsets, masks) rather than merging,
+which made tokenization the largest part of a job. Text is made
 of few distinct pre-tokens (words with their leading space, runs of digits, punctuation, whitespace),
 so this encoder looks whole space-separated chunks up in a dict of the ids they encode to; a chunk not
 seen yet is split with the same GPT-2 pattern (the ``regex`` module), each of its pre-tokens looked up in a
 second dict, and the tokenizer's own BPE model (``model.tokenize``, exactly what ``encode`` runs on each
 pre-token) is asked only for pre-tokens not seen yet.
 
-Why chunks: splitting with the pattern costs more than everything else (~6 MB/s: one Python string per
+Why chunks: splitting with the pattern costs more than everything else (one Python string per
 pre-token), while ``str.split(" ")`` runs in C. A space followed by a character that is not whitespace
 always starts a pre-token (`` ?\\p{L}+``, `` ?\\p{N}+`` or `` ?[^\\s\\p{L}\\p{N}]+``), no pre-token ends
 after it, and the pattern looks ahead but never behind: so the pre-tokens of a text are those of its

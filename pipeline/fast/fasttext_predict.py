@@ -1,17 +1,23 @@
 """fastText's best label, computed with NumPy from the model's own matrices: the same label and probability as
-``model.predict(text)`` (k=1), several times cheaper in one process (``bench/fast_paths.py``).
+``model.predict(text)`` (k=1).
+
+**Must equal** fastText's ``predict`` (``fasttext-numpy2-wheel==0.9.2``, module ``fasttext``), label and decision.
+**Fallback**: fastText's own ``predict`` (:meth:`pipeline.filters.fasttext_model.FastTextModel.predict`).
+**Steps aside** for a model it does not handle (one-vs-all loss, word n-grams > 1, a quantized output layer:
+:meth:`TopLabel.load` returns None), and per document where the result is too close to call (below).
+**Difference test**: ``tests/test_lid.py``; ``bench/fast_paths.py`` (``lid``) on the shared corpora.
 
 Why: fastText sums, for every whitespace-separated token of a document, the input-matrix rows of the token and of
 its character n-grams (a dozen rows a token), averages them and scores the labels on that average; it does this
-row by row for every token of every document, 0.6-0.7 ms per web page, the largest cost of the curation chain
-after word splitting (``bench/scale.py``). A token's rows are the same wherever it occurs, so here each token's
-row sum and row count are computed once and cached; a document is then one gather and one sum over its tokens, a
-batch one matrix product with the output layer. The batch's tokens are split and numbered by distinct token in
-C (:mod:`kernels.fasttext_tokens`), so Python looks up only distinct tokens in the cache. A token not in the
-cache gets its rows as fastText's ``Dictionary::computeSubwords`` finds them (the character n-grams of
-``<token>``, FNV-1a hashed into buckets, mapped through a pruned model's index, read from the model file), in
-NumPy over every missing token of a batch at once: asking the model token by token (``get_subwords``) costs
-17 us a token, more than its whole prediction.
+row by row for every token of every document, the largest cost of the curation chain after word splitting
+(``bench/scale.py``). A token's rows are the same wherever it occurs, so here each token's row sum and row count
+are computed once and cached; a document is then one gather and one sum over its tokens, a batch one matrix
+product with the output layer. The batch's tokens are split and numbered by distinct token in C
+(:mod:`kernels.fasttext_tokens`), so Python looks up only distinct tokens in the cache. A token not in the cache
+gets its rows as fastText's ``Dictionary::computeSubwords`` finds them (the character n-grams of ``<token>``,
+FNV-1a hashed into buckets, mapped through a pruned model's index, read from the model file), in NumPy over every
+missing token of a batch at once: asking the model token by token (``get_subwords``) costs more than its whole
+prediction.
 
 Exactness. The label and probability follow fastText's ``predict`` step for step: its tokenizer (split on
 space, tab, vertical tab, form feed, carriage return and NUL; the end-of-line token ``</s>`` that ``predict``
@@ -21,11 +27,7 @@ labels' counts as fastText builds it (the sum of ``log(sigmoid + 1e-5)`` along t
 fastText's in the last bits only (float64 here, float32 in order there), so wherever that could change a decision
 (the two best labels within a margin in log-probability, or the probability within it of a cutoff the caller
 names; the margin, :data:`MARGIN` or more for a long text, is ~7x the largest difference seen on real text),
-the document is given to fastText itself. ``tests/test_lid.py`` checks labels and probabilities against
-``predict``.
-
-Models it does not handle (one-vs-all loss, word n-grams > 1, a quantized output layer) make :meth:`TopLabel.load`
-return None, and the caller keeps fastText's ``predict``.
+the document is given to fastText itself.
 """
 
 from __future__ import annotations
