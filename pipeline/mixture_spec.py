@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.nesting import TooDeep, load_yaml
-from pipeline.problems import Problem, SpecError, problems_of, validation_error
+from pipeline.problems import Problem, SpecError, parse_model, validation_error
 
 #: 10^15 tokens: far beyond any corpus, and exact as a float
 MAX_TOKENS = 10**15
@@ -105,12 +105,7 @@ class MixtureSpec(_Strict):
 
 def parse_mixture_spec(data: Any) -> MixtureSpec:
     """Validate a spec given as a mapping; :class:`SpecError` names every field that is wrong."""
-    if not isinstance(data, dict):
-        raise SpecError.one((), "must be a mapping", "model_type")
-    try:
-        return MixtureSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(problems_of(exc)) from None
+    return parse_model(MixtureSpec, data)
 
 
 def load_mixture_spec(path: str | Path) -> MixtureSpec:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dc_field
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+M = TypeVar("M", bound=BaseModel)
 #: a field path: names and list indexes, as pydantic's ``loc`` (``("stages", 0, "params", "min_chars")``)
 Loc = tuple[str | int, ...]
 
@@ -124,6 +125,17 @@ def from_pydantic(err: Any) -> Problem:
 def problems_of(exc: ValidationError) -> list[Problem]:
     """Every error of ``exc`` as a :class:`Problem`."""
     return [from_pydantic(err) for err in exc.errors()]
+
+
+def parse_model(model: type[M], data: Any) -> M:
+    """``data``, a mapping, validated as ``model`` (a job spec, a mixture spec); :class:`SpecError` names every
+    field that is wrong."""
+    if not isinstance(data, dict):
+        raise SpecError.one((), "must be a mapping", "model_type")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(problems_of(exc)) from None
 
 
 def across_params(msg: str) -> PydanticCustomError:

@@ -23,7 +23,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from pipeline.nesting import Loader, TooDeep, check_json
-from pipeline.problems import SPEC_FILE, Loc, Problem, SpecError, problems_of, validation_error
+from pipeline.problems import SPEC_FILE, Loc, Problem, SpecError, parse_model, problems_of, validation_error
 from pipeline.stages import REGISTRY, stage_class
 
 #: ``documents``: a tokenmill ``documents`` output (its parts, Parquet or JSONL), read with ids and ``meta`` as
@@ -214,12 +214,7 @@ class JobSpec(Strict):
 
 def parse_spec(data: Any) -> JobSpec:
     """Validate a spec given as a dict (schema only; :func:`pipeline.preflight.check_spec` checks files)."""
-    if not isinstance(data, dict):
-        raise SpecError.one((), "must be a mapping", "model_type")
-    try:
-        return JobSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(problems_of(exc)) from None
+    return parse_model(JobSpec, data)
 
 
 def load_spec(path: str | Path) -> JobSpec:
