@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -11,7 +12,7 @@ from pipeline.preflight import load_checked
 from pipeline.spec import JobSpec
 from pipeline.stages import REGISTRY
 
-DEMO_STAGES = [
+DEMO_STAGES: list[dict[str, Any]] = [
     {"type": "normalize"},
     {"type": "length", "params": {"min_chars": 32}},
     {"type": "exact_dedup"},

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import email.message
 import gc
 import gzip
 import importlib.metadata as md
@@ -27,10 +28,11 @@ import site
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 KINDS = ("metadata", "licenses", "docstrings")
 #: share of max_bytes each kind may take; what one leaves unused goes to the next
@@ -46,6 +48,11 @@ MIN_DOC_CHARS = 200
 MAX_WORKERS = 4
 SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages", "test", "tests", "idle_test"}
 
+#: one corpus record: ``id``, ``text``, ``source``, ``kind``
+CorpusDoc = dict[str, str]
+#: a kind's records, closed early once its budget is spent
+CorpusDocs = Generator[CorpusDoc, None, None]
+
 
 def build_demo_corpus(out_dir: str | Path, max_bytes: int = 20_000_000) -> list[Path]:
     """Write ``metadata.jsonl.gz``, ``licenses.jsonl.gz`` and ``docstrings.jsonl.gz`` into ``out_dir``.
@@ -56,7 +63,7 @@ def build_demo_corpus(out_dir: str | Path, max_bytes: int = 20_000_000) -> list[
     out.mkdir(parents=True, exist_ok=True)
     sites, stdlib = _site_dirs(out), _stdlib_dir(out)
     dists = _distributions(sites)
-    sources: dict[str, Iterator[dict]] = {
+    sources: dict[str, CorpusDocs] = {
         "metadata": _metadata_docs(dists),
         "licenses": _license_docs(dists, out),
         "docstrings": _docstring_docs([("stdlib", stdlib)] if stdlib else [], sites, out),
@@ -100,8 +107,9 @@ def _distributions(sites: list[Path]) -> list[md.Distribution]:
     """Installed distributions on the site folders only (not the current folder), by name, each once."""
     found: dict[tuple[str, str], md.Distribution] = {}
     for dist in md.distributions(path=[str(s) for s in sites]):
-        name = dist.metadata.get("Name") or ""
-        key = (re.sub(r"[-_.]+", "-", name).lower(), dist.metadata.get("Version") or "")
+        meta = _metadata(dist)
+        name = meta.get("Name") or ""
+        key = (re.sub(r"[-_.]+", "-", name).lower(), meta.get("Version") or "")
         if key[0] and key not in found:
             found[key] = dist
     return [found[k] for k in sorted(found)]
@@ -110,18 +118,24 @@ def _distributions(sites: list[Path]) -> list[md.Distribution]:
 # ---------------------------------------------------------------- the three kinds
 
 
-def _metadata_docs(dists: list[md.Distribution]) -> Iterator[dict]:
+def _metadata(dist: md.Distribution) -> email.message.Message:
+    """A distribution's METADATA as the email message it is (``importlib.metadata``'s declared type, a
+    Protocol, has no ``get`` before Python 3.12)."""
+    return cast(email.message.Message, dist.metadata)
+
+
+def _metadata_docs(dists: list[md.Distribution]) -> CorpusDocs:
     for dist in dists:
-        meta = dist.metadata
+        meta = _metadata(dist)
         header = [f"{f}: {meta[f]}" for f in HEADER_FIELDS if meta.get(f) and meta[f] != "UNKNOWN"]
-        description = (meta.get_payload() or meta.get("Description") or "").strip()  # type: ignore[attr-defined]
+        description = str(meta.get_payload() or meta.get("Description") or "").strip()
         text = "\n".join(header) + ("\n\n" + description if description else "") + "\n"
         if len(text) >= MIN_DOC_CHARS:
             name, version = meta["Name"], meta.get("Version") or ""
             yield {"id": f"metadata:{name}=={version}", "text": text, "source": f"pypi:{name}", "kind": "metadata"}
 
 
-def _license_docs(dists: list[md.Distribution], out: Path) -> Iterator[dict]:
+def _license_docs(dists: list[md.Distribution], out: Path) -> CorpusDocs:
     seen: set[Path] = set()
     for dist in dists:
         name = dist.metadata["Name"]
@@ -138,7 +152,7 @@ def _license_docs(dists: list[md.Distribution], out: Path) -> Iterator[dict]:
                 yield {"id": f"license:{name}:{rel}", "text": text, "source": f"{name}/{rel}", "kind": "license"}
 
 
-def _docstring_docs(stdlib: list[tuple[str, Path]], sites: list[Path], out: Path) -> Iterator[dict]:
+def _docstring_docs(stdlib: list[tuple[str, Path]], sites: list[Path], out: Path) -> CorpusDocs:
     """Parsed in worker processes (parsing is the cost), handed out in sorted file order."""
     roots = stdlib + [("site-packages", s) for s in sites]
     tasks = [(label, str(root), str(path)) for label, root in roots for path in _python_files(root, out)]
@@ -168,7 +182,7 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _docstring_doc(task: tuple[str, str, str]) -> dict | None:
+def _docstring_doc(task: tuple[str, str, str]) -> CorpusDoc | None:
     label, root, path = task
     text = _module_docstrings(Path(path), Path(root))
     if text is None:
@@ -236,7 +250,7 @@ def _read_text(path: Path) -> str | None:
 # ---------------------------------------------------------------- budget and output
 
 
-def _take(docs: Iterator[dict], budget: int) -> Iterator[dict]:
+def _take(docs: Iterator[CorpusDoc], budget: int) -> Iterator[CorpusDoc]:
     """Documents in order while they fit the byte budget (one that does not fit is skipped)."""
     used = 0
     # parsing makes millions of short-lived AST nodes: the cyclic GC would spend more time than ast

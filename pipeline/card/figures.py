@@ -10,13 +10,16 @@ from __future__ import annotations
 import io
 import xml.etree.ElementTree as ET  # our own matplotlib output, not untrusted XML
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 from matplotlib.figure import Figure
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
 #: every figure's settings: fixed font, fixed SVG ids, text as paths
-RC: dict[str, Any] = {"font.family": "DejaVu Sans", "font.size": 9, "svg.hashsalt": "tokenmill-card",
+RC: dict[RcKeyType, Any] = {"font.family": "DejaVu Sans", "font.size": 9, "svg.hashsalt": "tokenmill-card",
                       "svg.fonttype": "path", "figure.dpi": 100, "savefig.dpi": 100,
                       "axes.spines.top": False, "axes.spines.right": False}
 KEPT, DROPPED = "#3b7dd8", "#d8613b"

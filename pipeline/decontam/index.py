@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.decontam.ngrams import Prefix, word_values, words
-from pipeline.readers.docs import is_blank, record_id
+from pipeline.documents import is_blank
+from pipeline.readers.docs import record_id
 from pipeline.readers.jsonl import iter_records
 from pipeline.readers.paths import detect_format, expand_path
 
@@ -255,80 +256,121 @@ def build_index(items: Iterable[Item], ngram: int = DEFAULT_NGRAM, min_words: in
     """Hash every item text's grams with their positions (vectorized over the concatenated texts)."""
     if not 1 <= min_words <= ngram:
         raise ValueError(f"min_words must be in 1..ngram ({ngram}), got {min_words}")
-    bench_no: dict[str, int] = {}
-    field_no: dict[str, int] = {}
-    item_bench: list[int] = []
-    item_ids: list[str] = []
-    text_item: list[int] = []
-    text_field: list[int] = []
-    floor: list[int] = []
-    parsed: list[list[str]] = []
-    for item in items:
-        seen: set[tuple[str, ...]] = set()
-        for k, (name, ws) in enumerate(unit_words([(f, words(t)) for f, t in item.units])):
-            key = tuple(ws)
-            if key in seen:  # GSM8K's text is its question + answer: one unit, under its first field
-                continue
-            seen.add(key)
-            text_item.append(len(item_ids))
-            text_field.append(field_no.setdefault(name, len(field_no)))
-            floor.append(min_words if k == 0 else max(min_words, MIN_ANSWER_WORDS))
-            parsed.append(ws)
-        item_bench.append(bench_no.setdefault(item.benchmark, len(bench_no)))
-        item_ids.append(item.id)
-    benchmarks = list(bench_no)
-    bench = np.array(item_bench, dtype=np.int16)
-    owner_item = np.array(text_item, dtype=np.int64)
-    n_words = np.array([len(ws) for ws in parsed], dtype=np.int64)
-    starts = np.concatenate(([0], np.cumsum(n_words)[:-1])).astype(np.int64) if parsed else n_words
-    # word ids by Arrow's hash encoding (C speed; first-seen order, so the same items give the same ids)
-    encoded = pa.array([w for ws in parsed for w in ws], type=pa.string()).dictionary_encode()
-    ids = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    vocab = encoded.dictionary.to_pylist()
-    prefix = Prefix(word_values(ids))
-    has_letter = np.array([not w.isdigit() for w in vocab], dtype=np.int64)[ids]
-    letters = np.concatenate(([0], np.cumsum(has_letter)))
-    n_letter = letters[starts + n_words] - letters[starts]
-    full = prefix.windows(starts, n_words)
+    units = _Units.of(items, min_words)
+    h = _Hashed.of(units.words)
+    bench = np.array(units.item_bench, dtype=np.int16)
+    owner_item = np.array(units.text_item, dtype=np.int64)
+    n_words, n_items = h.n_words, len(units.item_ids)
+    n_letter = h.letters[h.starts + n_words] - h.letters[h.starts]
 
     short = n_words < ngram
-    too_short = (n_letter < np.array(floor, dtype=np.int64)) & short
+    too_short = (n_letter < np.array(units.floor, dtype=np.int64)) & short
     candidates = short & ~too_short
-    stock = candidates & (_items_holding(prefix, starts, n_words, full, candidates, owner_item) >= stock_items)
+    stock = candidates & (_items_holding(h.prefix, h.starts, n_words, h.full, candidates, owner_item) >= stock_items)
     kept = np.flatnonzero(~too_short & ~stock)
-    keys, owner, pos = _grams(prefix, starts[kept], n_words[kept], ngram, min_words)
-    at = starts[kept][owner] + pos
-    wordy = letters[np.minimum(at + ngram, len(ids))] - letters[at] >= SPAN_LETTER_WORDS
+    keys, offsets, owner, pos, common = _key_table(h, kept, owner_item[kept], n_items, ngram, min_words, common_items)
+    used = np.unique(h.ids[_positions(h.starts[kept], n_words[kept])])
+    # an item none of whose texts is indexed: a stock question when one of them was one, else too short
+    left_out = np.ones(n_items, dtype=bool)
+    left_out[owner_item[kept]] = False
+    was_stock = np.zeros(n_items, dtype=bool)
+    was_stock[owner_item[stock]] = True
+    return BenchmarkIndex(
+        ngram=ngram, min_words=min_words, stock_items=stock_items, common_items=common_items,
+        # words of left-out texts only are unknown to the matcher: their windows are never hashed
+        vocab=_only(h.vocab, used),
+        keys=keys, offsets=offsets, owners=owner.astype(np.int32), owner_pos=pos.astype(np.int32), common=common,
+        text_item=owner_item[kept].astype(np.int32),
+        text_field=np.array(units.text_field, dtype=np.int16)[kept],
+        text_grams=np.where(n_words[kept] >= ngram, n_words[kept] - ngram + 1, 1).astype(np.int32),
+        text_words=n_words[kept].astype(np.int32), text_full=h.full[kept], item_bench=bench,
+        item_ids=units.item_ids, benchmarks=units.benchmarks, fields=units.fields,
+        skipped=_per_bench(bench[left_out & ~was_stock], units.benchmarks),
+        stock=_per_bench(bench[left_out & was_stock], units.benchmarks),
+    )
 
-    # every (key, text, position), grouped by key: a CSR from each distinct key to where it sits
+
+@dataclass
+class _Units:
+    """The items' texts as words (:func:`unit_words`), each once per item, numbered in item order."""
+
+    benchmarks: list[str] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)
+    #: per item: its benchmark's number, its id
+    item_bench: list[int] = field(default_factory=list)
+    item_ids: list[str] = field(default_factory=list)
+    #: per text: its item's number, its field's number, the fewest words holding a letter it needs, its words
+    text_item: list[int] = field(default_factory=list)
+    text_field: list[int] = field(default_factory=list)
+    floor: list[int] = field(default_factory=list)
+    words: list[list[str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, items: Iterable[Item], min_words: int) -> _Units:
+        u = cls()
+        bench_no: dict[str, int] = {}
+        field_no: dict[str, int] = {}
+        for item in items:
+            seen: set[tuple[str, ...]] = set()
+            for k, (name, ws) in enumerate(unit_words([(f, words(t)) for f, t in item.units])):
+                key = tuple(ws)
+                if key in seen:  # GSM8K's text is its question + answer: one unit, under its first field
+                    continue
+                seen.add(key)
+                u.text_item.append(len(u.item_ids))
+                u.text_field.append(field_no.setdefault(name, len(field_no)))
+                u.floor.append(min_words if k == 0 else max(min_words, MIN_ANSWER_WORDS))
+                u.words.append(ws)
+            u.item_bench.append(bench_no.setdefault(item.benchmark, len(bench_no)))
+            u.item_ids.append(item.id)
+        u.benchmarks, u.fields = list(bench_no), list(field_no)
+        return u
+
+
+@dataclass(frozen=True)
+class _Hashed:
+    """The texts' words laid end to end: word ids, prefix hashes, and where each text starts and ends."""
+
+    vocab: list[str]
+    ids: np.ndarray
+    prefix: Prefix
+    starts: np.ndarray
+    n_words: np.ndarray
+    #: words holding a letter before each position (one more entry than positions)
+    letters: np.ndarray
+    #: per text, the key of its whole word sequence
+    full: np.ndarray
+
+    @classmethod
+    def of(cls, parsed: list[list[str]]) -> _Hashed:
+        n_words = np.array([len(ws) for ws in parsed], dtype=np.int64)
+        starts = np.concatenate(([0], np.cumsum(n_words)[:-1])).astype(np.int64) if parsed else n_words
+        # word ids by Arrow's hash encoding (C speed; first-seen order, so the same items give the same ids)
+        encoded = pa.array([w for ws in parsed for w in ws], type=pa.string()).dictionary_encode()
+        ids = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        vocab = encoded.dictionary.to_pylist()
+        prefix = Prefix(word_values(ids))
+        has_letter = np.array([not w.isdigit() for w in vocab], dtype=np.int64)[ids]
+        letters = np.concatenate(([0], np.cumsum(has_letter)))
+        return cls(vocab, ids, prefix, starts, n_words, letters, prefix.windows(starts, n_words))
+
+
+def _key_table(h: _Hashed, kept: np.ndarray, kept_item: np.ndarray, n_items: int, ngram: int, head: int,
+               common_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every (key, text, position) of the ``kept`` texts (``kept_item``: their items), grouped by key: a CSR from
+    each distinct key to where it sits, as (keys, offsets, owners, positions, common per key)."""
+    keys, owner, pos = _grams(h.prefix, h.starts[kept], h.n_words[kept], ngram, head)
+    at = h.starts[kept][owner] + pos
+    wordy = h.letters[np.minimum(at + ngram, len(h.ids))] - h.letters[at] >= SPAN_LETTER_WORDS
     order = np.lexsort((pos, owner, keys))
     keys, owner, pos, wordy = keys[order], owner[order], pos[order], wordy[order]
     uniq, first = np.unique(keys, return_index=True)
     offsets = np.append(first, len(keys)).astype(np.int64)
     # a key's items: distinct (key, item) pairs counted per key
     key_no = np.repeat(np.arange(len(uniq)), np.diff(offsets))
-    pairs = np.unique(key_no * len(item_ids) + owner_item[kept][owner]) if len(keys) else key_no
-    items_per_key = np.bincount(pairs // max(len(item_ids), 1), minlength=len(uniq))
-    used = np.unique(ids[_positions(starts[kept], n_words[kept])])
-    # an item none of whose texts is indexed: a stock question when one of them was one, else too short
-    left_out = np.ones(len(item_ids), dtype=bool)
-    left_out[owner_item[kept]] = False
-    was_stock = np.zeros(len(item_ids), dtype=bool)
-    was_stock[owner_item[stock]] = True
-    return BenchmarkIndex(
-        ngram=ngram, min_words=min_words, stock_items=stock_items, common_items=common_items,
-        # words of left-out texts only are unknown to the matcher: their windows are never hashed
-        vocab=_only(vocab, used),
-        keys=uniq, offsets=offsets, owners=owner.astype(np.int32), owner_pos=pos.astype(np.int32),
-        common=(items_per_key >= common_items) | ~wordy[first],
-        text_item=owner_item[kept].astype(np.int32),
-        text_field=np.array(text_field, dtype=np.int16)[kept],
-        text_grams=np.where(n_words[kept] >= ngram, n_words[kept] - ngram + 1, 1).astype(np.int32),
-        text_words=n_words[kept].astype(np.int32), text_full=full[kept], item_bench=bench,
-        item_ids=item_ids, benchmarks=benchmarks, fields=list(field_no),
-        skipped=_per_bench(bench[left_out & ~was_stock], benchmarks),
-        stock=_per_bench(bench[left_out & was_stock], benchmarks),
-    )
+    pairs = np.unique(key_no * n_items + kept_item[owner]) if len(keys) else key_no
+    items_per_key = np.bincount(pairs // max(n_items, 1), minlength=len(uniq))
+    return uniq, offsets, owner, pos, (items_per_key >= common_items) | ~wordy[first]
 
 
 def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -91,6 +91,7 @@ class DecontaminateParams(FilterParams):
 class Decontaminate(FilterStage):
     name = "decontaminate"
     Params = DecontaminateParams
+    params: DecontaminateParams
     path_params = ("benchmarks",)
 
     def preflight(self) -> None:

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +29,11 @@ from pipeline import storage
 from pipeline.dedup import graph as g
 from pipeline.dedup.index import write_table_atomic
 from pipeline.documents import reject_row, text_bytes
+from pipeline.stages.recorder import Recorder, RejectRow
 from pipeline.worker_start import process_start_seconds
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
 
 #: target text bytes handled by one group task (verification, id look-ups)
 GROUP_BYTES = 128 << 20
@@ -46,7 +50,7 @@ def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
     routing), not only the ones that touch documents, and the start of a worker process the task is the first in
     (:func:`pipeline.worker_start.process_start_seconds`). A None recorder reports nothing."""
 
-    def run(recorder: Any, *args: Any) -> Any:
+    def run(recorder: Recorder | None, *args: Any) -> Any:
         t0 = time.perf_counter() - process_start_seconds(getattr(recorder, "phase_started", None))
         try:
             return fn(*args)
@@ -156,7 +160,7 @@ class DocBlocks:
         return len(self.bounds)
 
     @classmethod
-    def from_dataset(cls, ds: Any, recorder: Any = None, _sorted: bool = False) -> DocBlocks:
+    def from_dataset(cls, ds: Dataset, recorder: Recorder | None = None, _sorted: bool = False) -> DocBlocks:
         """Materialize ``ds``; when its blocks' ord ranges overlap, sort it by ord first (a shuffle)."""
         refs = ds.materialize().to_arrow_refs()
         gap = getattr(recorder, "driver_gap", None)  # a StageRecorder: workers wait for the driver here
@@ -273,7 +277,7 @@ def partition_pairs(pairs: np.ndarray, parts: int) -> list[np.ndarray]:
 
 
 def connected_components(inputs: list[Pairs[ray.ObjectRef]], parts: int, max_rounds: int = 100,
-                         recorder: Any = None) -> tuple[list[ray.ObjectRef], int]:
+                         recorder: Recorder | None = None) -> tuple[list[ray.ObjectRef], int]:
     """Distributed components of pairs from many sources, each split by partition (as
     :func:`partition_pairs` does). Returns per partition a reference to an (n, 2) array of
     (node, smallest node of its component) for every non-smallest node, and the rounds used."""
@@ -315,7 +319,7 @@ class Filtered(Generic[T]):
 
 
 @ray.remote(num_cpus=1)
-def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *drops: pa.Table) -> Any:
+def _filter_block(table: pa.Table, recorder: Recorder, indexer: Any, n_index: int, *drops: pa.Table) -> Any:
     """Remove the block's documents named in ``drops`` (ord, reason, detail JSON, ``kept_id`` in it where
     a document was kept in their place); record and set aside.
 
@@ -337,7 +341,7 @@ def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *d
             if hit.any():
                 reasons = d.column("reason").to_pylist()
                 details = d.column("detail").to_pylist()
-                rows = []
+                rows: list[RejectRow] = []
                 for doc, p in zip(table.filter(pa.array(hit)).to_pylist(), pos[hit], strict=True):
                     k = int(order[p])
                     rows.append(reject_row(doc, reasons[k], json.loads(details[k]) if details[k] else {}))
@@ -353,7 +357,7 @@ def _filter_block(table: pa.Table, recorder: Any, indexer: Any, n_index: int, *d
 
 
 def apply_drops(
-    blocks: DocBlocks, drops_by_group: list[list[ray.ObjectRef]], recorder: Any,
+    blocks: DocBlocks, drops_by_group: list[list[ray.ObjectRef]], recorder: Recorder,
     indexer: Any = None, n_index: int = 0,
 ) -> tuple[list[ray.ObjectRef], list[list[ray.ObjectRef]]]:
     """Filter every block with the drop tables of its group; returns the kept blocks (in the input
@@ -366,6 +370,13 @@ def apply_drops(
         out.append(res.kept)
         index.append(res.index)
     return out, index
+
+
+def to_dataset(refs: list[ray.ObjectRef]) -> Dataset:
+    """The blocks as a Dataset again (what the stage hands on)."""
+    # Ray annotates from_arrow_refs with ray.types.ObjectRef, a placeholder class for its documentation, not the
+    # ray.ObjectRef its tasks return
+    return ray.data.from_arrow_refs(refs)  # type: ignore[arg-type]
 
 
 def drop_table(ords: np.ndarray, reason: str | list[str], details: list[dict[str, Any]]) -> pa.Table:

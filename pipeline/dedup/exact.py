@@ -10,20 +10,25 @@ already published (``exact_duplicate_of_published``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.dedup.exact_config import NAME, ExactDedupParams
 from pipeline.dedup.stage import DedupStage
+from pipeline.stages.recorder import Recorder
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
 
 
 class ExactDedup(DedupStage):
     name = NAME
     Params = ExactDedupParams
+    params: ExactDedupParams
 
     def index_params(self) -> dict[str, Any]:
         return self.params.index_params()
 
-    def apply(self, ds: Any, recorder: Any) -> Any:
+    def apply(self, ds: Dataset, recorder: Recorder) -> Dataset:
         from pipeline.dedup.exact_tasks import exact_dedup  # imports Ray: validating a spec must not
 
         return exact_dedup(self.params, self.ctx, ds, recorder)

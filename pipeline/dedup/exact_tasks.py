@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,11 @@ from pipeline.dedup.distributed import T, returns, start
 from pipeline.dedup.exact_config import NAME, ExactDedupParams, normalized_hash
 from pipeline.dedup.graph import partition_of
 from pipeline.dedup.index import IndexSource, index_dir, open_sources, write_meta, write_table_atomic
+from pipeline.stages.base import StageContext
+from pipeline.stages.recorder import Recorder
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
 
 HASH_SCHEMA = pa.schema([("h1", pa.uint64()), ("h2", pa.uint64()), ("ord", pa.int64()), ("id", pa.string())])
 INDEX_SCHEMA = pa.schema([("h1", pa.uint64()), ("h2", pa.uint64()), ("id", pa.string())])
@@ -38,7 +43,7 @@ class ExactDrops(Generic[T]):
 
 
 @ray.remote(num_cpus=1)
-def _hash_map(table: pa.Table, casefold: bool, parts: int, recorder: Any) -> Any:
+def _hash_map(table: pa.Table, casefold: bool, parts: int, recorder: Recorder) -> Any:
     t0 = time.perf_counter()
     h = normalized_hash(table.column("text").to_pylist(), casefold)
     rows = pa.table({"h1": h[:, 0], "h2": h[:, 1], "ord": table.column("ord").cast(pa.int64()),
@@ -96,7 +101,7 @@ def _published_ids(sources: list[IndexSource], part: int, parts: int, h1: np.nda
     return out
 
 
-def exact_dedup(p: ExactDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
+def exact_dedup(p: ExactDedupParams, ctx: StageContext, ds: Dataset, recorder: Recorder) -> Dataset:
     """The stage's work: see the module docstring of :mod:`pipeline.dedup.exact`."""
     sources = open_sources(p.dedup_against, NAME, p.index_params())
     parts = p.partitions or (sources[0].partitions if sources else dr.default_partitions())
@@ -107,7 +112,7 @@ def exact_dedup(p: ExactDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
         if folder is not None:
             write_meta(folder, NAME, parts, p.index_params(), {"hashes": 0})
         recorder.counts(docs_in=0, docs_out=0)
-        return ray.data.from_arrow_refs(blocks.refs) if blocks.refs else ds
+        return dr.to_dataset(blocks.refs) if blocks.refs else ds
     maps = [start(_hash_map, HashRows, {"by_part": parts}, ref, p.casefold, parts, recorder) for ref in live]
     per_part = dr.transpose([m.by_part for m in maps])
     reduced = [
@@ -116,7 +121,7 @@ def exact_dedup(p: ExactDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
         for j in range(parts)
     ]
     out, _ = dr.apply_drops(blocks, dr.transpose([r.by_group for r in reduced]), recorder)
-    result = ray.data.from_arrow_refs(out)
+    result = dr.to_dataset(out)
     if folder is not None:
         written = sum(ray.get([r.written for r in reduced]))
         write_meta(folder, NAME, parts, p.index_params(), {"hashes": int(written)})

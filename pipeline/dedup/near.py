@@ -18,20 +18,25 @@ to the graph as nodes that sort first, so new documents in their component are d
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.dedup.near_config import NAME, NearConfig, NearDedupParams
 from pipeline.dedup.stage import DedupStage
+from pipeline.stages.recorder import Recorder
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
 
 
 class NearDedup(DedupStage):
     name = NAME
     Params = NearDedupParams
+    params: NearDedupParams
 
     def index_params(self) -> dict[str, Any]:
         return NearConfig.from_params(self.params).index_params()
 
-    def apply(self, ds: Any, recorder: Any) -> Any:
+    def apply(self, ds: Dataset, recorder: Recorder) -> Dataset:
         from pipeline.dedup.near_tasks import near_dedup  # imports Ray: validating a spec must not
 
         return near_dedup(self.params, self.ctx, ds, recorder)

@@ -54,7 +54,7 @@ class NearDedupParams(BaseModel):
     def _check_bands(self) -> NearDedupParams:
         if (self.bands is None) != (self.rows is None):
             raise ValueError("give both bands and rows, or neither")
-        if self.bands is not None and self.bands * self.rows > self.num_perm:
+        if self.bands is not None and self.rows is not None and self.bands * self.rows > self.num_perm:
             raise across_params(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
         return self
 
@@ -75,7 +75,7 @@ class NearConfig:
 
     @classmethod
     def from_params(cls, p: NearDedupParams) -> NearConfig:
-        if p.bands is not None:
+        if p.bands is not None and p.rows is not None:  # both or neither (the params' validator)
             bands, rows = p.bands, p.rows
         else:
             wfn = 0.85 if p.verify else 0.5
@@ -109,7 +109,7 @@ class NearConfig:
     def shingle_sets(self, texts: list[str]) -> list[np.ndarray]:
         """Sorted distinct 64-bit shingle hashes per text (what verification compares)."""
         mh = self.hasher()
-        out = []
+        out: list[np.ndarray] = []
         for i in range(0, len(texts), SIGN_BATCH):
             h, off = mh.shingle_hashes64(texts[i : i + SIGN_BATCH])
             out.extend(_sorted_distinct(h[off[k] : off[k + 1]]) for k in range(len(off) - 1))

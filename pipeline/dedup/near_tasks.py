@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,11 @@ from pipeline.dedup import graph as g
 from pipeline.dedup.distributed import Pairs, T, returns, start
 from pipeline.dedup.index import IndexSource, index_dir, open_sources, write_meta
 from pipeline.dedup.near_config import NAME, NearConfig, NearDedupParams
+from pipeline.stages.base import StageContext
+from pipeline.stages.recorder import Recorder
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
 
 BAND_SCHEMA = pa.schema([("key", pa.uint64()), ("node", pa.int64())])
 DOC_SCHEMA = pa.schema([("node", pa.int64()), ("id", pa.string()), ("sig", pa.list_(pa.uint32()))])
@@ -98,7 +103,7 @@ class Drops(Generic[T]):
 
 
 @ray.remote(num_cpus=1)
-def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Any) -> Any:
+def _band_map(table: pa.Table, cfg: NearConfig, parts: int, recorder: Recorder) -> Any:
     """The band rows and signatures of one block (:class:`BandRows`)."""
     t0 = time.perf_counter()
     sigs, counts = cfg.sign(table.column("text").to_pylist())
@@ -315,7 +320,7 @@ class _Indexer:
 # ---- the stage ------------------------------------------------------------------------------------
 
 
-def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
+def near_dedup(p: NearDedupParams, ctx: StageContext, ds: Dataset, recorder: Recorder) -> Dataset:
     """The stage's work: see the module docstring of :mod:`pipeline.dedup.near`."""
     cfg = NearConfig.from_params(p)
     sources = open_sources(p.dedup_against, NAME, cfg.index_params())
@@ -327,7 +332,7 @@ def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
         if folder is not None:
             write_meta(folder, NAME, parts, cfg.index_params(), {"bands": 0, "docs": 0})
         recorder.counts(docs_in=0, docs_out=0)
-        return ray.data.from_arrow_refs(blocks.refs) if blocks.refs else ds
+        return dr.to_dataset(blocks.refs) if blocks.refs else ds
     gpu = {"num_gpus": 1} if p.device == "cuda" else {}
     maps = [start(_band_map, BandRows, {"bands": parts}, blocks.refs[i], cfg, parts, recorder, **gpu) for i in live]
     per_part = dr.transpose([m.bands for m in maps])
@@ -342,7 +347,7 @@ def near_dedup(p: NearDedupParams, ctx: Any, ds: Any, recorder: Any) -> Any:
                        tuple(int(blocks.hi[i]) for i in live)) if folder is not None else None
     n_index = len(INDEX_TABLES) * parts if indexer else 0
     out, index_pieces = dr.apply_drops(blocks, drops, recorder, indexer, n_index)
-    result = ray.data.from_arrow_refs(out)
+    result = dr.to_dataset(out)
     if folder is not None:
         by_piece = dr.transpose(index_pieces)
         written = {table: [dr.write_part.remote(recorder, str(folder), table, j, schema, *by_piece[t * parts + j])
@@ -359,7 +364,7 @@ def _group_args(blocks: dr.DocBlocks, k: int) -> tuple[list[ray.ObjectRef], np.n
 
 
 def _verify(blocks: dr.DocBlocks, cfg: NearConfig, parts: int, sources: list[IndexSource],
-            candidates: list[Candidates[ray.ObjectRef]], recorder: Any) -> list[Pairs[ray.ObjectRef]]:
+            candidates: list[Candidates[ray.ObjectRef]], recorder: Recorder) -> list[Pairs[ray.ObjectRef]]:
     """The verified edges: two hops through the groups (see the module docstring of :mod:`pipeline.dedup.near`)."""
     G = blocks.groups
     by_group = dr.transpose([c.to_verify for c in candidates])
@@ -377,7 +382,7 @@ def _verify(blocks: dr.DocBlocks, cfg: NearConfig, parts: int, sources: list[Ind
     return edges
 
 
-def _drops(blocks: dr.DocBlocks, sources: list[IndexSource], labels: list[ray.ObjectRef], recorder: Any
+def _drops(blocks: dr.DocBlocks, sources: list[IndexSource], labels: list[ray.ObjectRef], recorder: Recorder
            ) -> list[list[ray.ObjectRef]]:
     """Per group, the drop tables of its documents, from the labels of every partition."""
     G, K = blocks.groups, len(sources)

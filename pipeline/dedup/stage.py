@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.dedup.index import open_sources
 from pipeline.stages.base import DatasetStage
+
+if TYPE_CHECKING:  # each stage imports only its own config
+    from pipeline.dedup.exact_config import ExactDedupParams
+    from pipeline.dedup.near_config import NearDedupParams
 
 
 class DedupStage(DatasetStage):
@@ -14,6 +18,7 @@ class DedupStage(DatasetStage):
 
     reorders = False  # documents are removed in place: blocks keep their order
     path_params = ("dedup_against",)
+    params: ExactDedupParams | NearDedupParams
 
     def index_params(self) -> dict[str, Any]:
         """The parameters an index must have been built with to be deduplicated against (its meta's)."""

@@ -23,6 +23,7 @@ from pipeline.documents import (
     DOC_SCHEMA,
     Doc,
     Drop,
+    ReaderDocument,
     docs_bytes,
     docs_to_table,
     parse_meta,
@@ -30,7 +31,7 @@ from pipeline.documents import (
     table_to_docs,
     text_bytes,
 )
-from pipeline.job.stats import Report, StageRecorder, batch_key, send_reports
+from pipeline.job.stats import Report, Row, StageRecorder, batch_key, send_reports
 from pipeline.readers import read_file
 from pipeline.spec import InputSpec
 from pipeline.stages.base import Stage, StageContext, run_batch
@@ -66,8 +67,8 @@ class ReadFiles:
         for row in files.to_pylist():
             spec = InputSpec.model_validate_json(row["input"])
             t0 = time.perf_counter()
-            docs: list[Doc] = []
-            rejects: list[Doc] = []
+            docs: list[ReaderDocument] = []
+            rejects: list[Row] = []
             dropped: Counter[str] = Counter()
             n = 0  # the file's n-th batch: the same in a re-run, which reads the same file the same way
             for item in read_file(row["file_index"], row["path"], spec):
@@ -83,17 +84,19 @@ class ReadFiles:
             if docs or rejects:
                 yield self._flush(f"file:{row['file_index']}:{n}", docs, rejects, dropped, t0)
 
-    def _flush(self, key: str, docs: list[Doc], rejects: list[Doc], dropped: Counter[str], t0: float) -> pa.Table:
+    def _flush(self, key: str, docs: list[ReaderDocument], rejects: list[Row], dropped: Counter[str], t0: float
+               ) -> pa.Table:
         size = docs_bytes(docs)
         self.recorder.rejects(rejects, key=key, sampled=False)  # malformed input: always set aside whole
         reports = [self.recorder.report(
             key=key, docs_in=len(docs) + len(rejects), docs_out=len(docs), dropped=dict(dropped),
             bytes_out=size, seconds=time.perf_counter() - t0,
         )]
+        out: list[ReaderDocument] | list[Doc] = docs
         if self.chain is not None and docs:
-            docs = self.chain.run(parse_meta(docs), size, batch_key([d["ord"] for d in docs]), reports)
+            out = self.chain.run(parse_meta(docs), size, batch_key([d["ord"] for d in docs]), reports)
         send_reports(self.recorder.actor, reports)  # one call for the reader and every stage of the chain
-        return docs_to_table(docs) if docs else DOC_SCHEMA.empty_table()
+        return docs_to_table(out) if out else DOC_SCHEMA.empty_table()
 
 
 class BatchStageRunner:

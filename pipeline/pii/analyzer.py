@@ -191,7 +191,7 @@ def build_recognizers(entities: Iterable[str] | None = None, phone_regions: Sequ
             rec = PersonalIpRecognizer(supported_language=LANGUAGE, context=rec.context)
         elif widen and isinstance(rec, IbanRecognizer):
             rec = IbanGroupsRecognizer(supported_language=LANGUAGE, context=rec.context,
-                                       regex_flags=rec.global_regex_flags)
+                                       regex_flags=rec.global_regex_flags or 0)
         elif widen and isinstance(rec, UrlRecognizer):
             rec = HostUrlRecognizer(supported_language=LANGUAGE, context=rec.context)
         elif widen and isinstance(rec, PhoneRecognizer):

@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 
 import regex
-from presidio_analyzer import EntityRecognizer, PatternRecognizer, RecognizerResult
+from presidio_analyzer import EntityRecognizer, Pattern, PatternRecognizer, RecognizerResult
 from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 
 from pipeline.pii.analyzer import LANGUAGE, PHONE_REGIONS, SHORT_CUE, build_analyzer, build_recognizers
@@ -130,7 +130,9 @@ class PiiDetector:
         rules = []
         for rec in self.recognizers:
             cue = _cue_regex(rec.context) if rec.context else None
-            plain = (isinstance(rec, PatternRecognizer) and bool(rec.patterns)
+            # Presidio's PatternRecognizer.patterns has no declared type
+            patterns: list[Pattern] = getattr(rec, "patterns", []) if isinstance(rec, PatternRecognizer) else []
+            plain = (isinstance(rec, PatternRecognizer) and bool(patterns)
                      and type(rec).validate_result is PatternRecognizer.validate_result
                      and type(rec).analyze is PatternRecognizer.analyze)
             for e in rec.supported_entities:
@@ -138,7 +140,7 @@ class PiiDetector:
                     rules.append(Rule(e, RUN.pattern, reach=RUN_PAD))
                 elif e not in GATES:
                     continue
-                elif plain and cue and max(p.score for p in rec.patterns) < self.score_threshold:
+                elif plain and cue and max(p.score for p in patterns) < self.score_threshold:
                     rules.append(Rule(e, GATES[e], cue, exact=_exact_cue_regex(rec.context)))
                 elif plain and cue and e in STRONG_GATES and STRONG_GATES[e][2] < self.score_threshold:
                     rules += [Rule(e, STRONG_GATES[e][0]), Rule(e, GATES[e], cue, exact=_exact_cue_regex(rec.context))]
@@ -170,7 +172,9 @@ class PiiDetector:
             chunk = items[start:stop]
             pieces = [texts[i][w.start : w.end] for i, w in chunk]
             offsets = list(itertools.accumulate((len(p) + len(JOIN) for p in pieces[:-1]), initial=0))
-            for r in recognizer.analyze(text=JOIN.join(pieces), entities=entities, nlp_artifacts=None) or []:
+            # no NLP artifacts: these are pattern recognizers, which take None (Presidio's annotation omits it)
+            joined = JOIN.join(pieces)
+            for r in recognizer.analyze(text=joined, entities=entities, nlp_artifacts=None) or []:  # type: ignore[arg-type]
                 k = bisect.bisect_right(offsets, r.start) - 1
                 i, w = chunk[k]
                 if r.end - offsets[k] > w.end - w.start:  # across a join: impossible for these patterns

@@ -122,7 +122,7 @@ class PersonalIpRecognizer(IpRecognizer):
     PATTERNS = [_colon_after(p) for p in IpRecognizer.PATTERNS]
     assert any(p is not q for p, q in zip(PATTERNS, IpRecognizer.PATTERNS, strict=True)), "IPv6 regex changed"
 
-    def invalidate_result(self, pattern_text: str) -> bool | None:
+    def invalidate_result(self, pattern_text: str) -> bool:
         if super().invalidate_result(pattern_text):
             return True
         ip = ipaddress.ip_interface(pattern_text).ip
@@ -217,19 +217,24 @@ def _region_shape(region: str) -> tuple[re.Pattern[str], tuple[str, ...]] | None
     md = PhoneMetadata.metadata_for_region(region)
     if md is None or md.national_prefix_transform_rule:
         return None
+    general = md.general_desc.national_number_pattern if md.general_desc is not None else None
+    if general is None:  # no general pattern to check against: as richer rules
+        return None
     prefixes = tuple(p for p in (md.national_prefix_for_parsing or "").split("|") if p)
     if not all(p.isdigit() for p in prefixes):
         return None
-    return re.compile(md.general_desc.national_number_pattern), prefixes
+    return re.compile(general), prefixes
 
 
 def _prefix_missing(number: phonenumbers.PhoneNumber, digits: str) -> bool:
     """True when the region writes ``number`` with its national prefix ("030 ..." in Germany) and the
     digits as written lack it: VALID leniency rejects that. False when in doubt (a region where some
     formats make the prefix optional)."""
+    if number.country_code is None:
+        return False
     md = PhoneMetadata.metadata_for_region(phonenumbers.region_code_for_country_code(number.country_code))
     prefix = md.national_prefix if md else None
-    if not prefix or any(f.national_prefix_optional_when_formatting for f in md.number_format):
+    if md is None or not prefix or any(f.national_prefix_optional_when_formatting for f in md.number_format):
         return False
     national = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
     return phonenumbers.normalize_digits_only(national).startswith(prefix) and not digits.startswith(prefix)

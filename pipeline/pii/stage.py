@@ -96,6 +96,7 @@ class PiiParams(StageParams):
 class PiiStage(Stage):
     name = "pii"
     Params = PiiParams
+    params: PiiParams
     path_params: ClassVar[tuple[str, ...]] = ("spacy_model",)
 
     _detector: Any = None
@@ -157,9 +158,10 @@ class PiiStage(Stage):
                 self.count("would_drop:pii:max_entities")
             return doc
         new = [self._redactor.redact(text, found) for text, found in zip(parts, entities, strict=True)]
-        if doc.get("segments"):
-            doc["segments"] = json.dumps([[t, train] for t, (_, train) in zip(new, json.loads(doc["segments"]),
-                                                                          strict=True)], ensure_ascii=False)
+        segments = doc.get("segments")
+        if segments:
+            doc["segments"] = json.dumps([[t, train] for t, (_, train) in zip(new, json.loads(segments), strict=True)],
+                                         ensure_ascii=False)
         doc["text"] = "".join(new)
         if too_many:  # redacted first: the copy in rejected/ holds no PII either
             return Drop(doc, "pii:max_entities", {"entities": len(spans)})
@@ -168,6 +170,7 @@ class PiiStage(Stage):
 
 def _parts(doc: Doc) -> list[str]:
     """The texts to scan: an SFT document's segments one by one (their join is the text), else the text."""
-    if doc.get("segments"):
-        return [t for t, _ in json.loads(doc["segments"])]
+    segments = doc.get("segments")
+    if segments:
+        return [t for t, _ in json.loads(segments)]
     return [doc["text"]]

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 
 from pipeline import storage
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Drop, ReaderDocument
 from pipeline.readers.compression import TruncatedInput, open_binary
 from pipeline.readers.docs import RECORD_BITS, drop, error_text
 from pipeline.readers.documents_output import read_documents
@@ -29,7 +29,7 @@ __all__ = ["detect_format", "expand_inputs", "read_file"]
 RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
-def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[Doc | Drop]:
+def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[ReaderDocument | Drop]:
     """Documents of one file, in file order; an I/O error ends the file with one ``unreadable_file``.
 
     ``spec`` is the input that named ``path``: ids made up for records without one are
@@ -78,7 +78,7 @@ def _sniff(path: str) -> str:
     return "unknown" if b"\0" in head else "text"
 
 
-def _reader(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
+def _reader(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[ReaderDocument | Drop]:
     if fmt == "jsonl":
         return read_jsonl(file_index, path, name, spec)
     if fmt in ("instruction", "chat"):

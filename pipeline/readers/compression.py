@@ -12,11 +12,12 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from typing import BinaryIO
+from typing import IO, BinaryIO, Protocol
 
 import zstandard
 
 from pipeline import storage
+from pipeline.error_line import error_line
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -34,6 +35,14 @@ class TruncatedInput(Exception):
     """A compressed file that ends early or is corrupt."""
 
 
+class _Chunked(Protocol):
+    """A decompressing stream that reads one step at a time (``GzipFile``, :class:`ZstdFrames`)."""
+
+    def read1(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class _Guarded(io.RawIOBase):
     """Turns the decompressor's errors into :class:`TruncatedInput`, raised one read late.
 
@@ -42,7 +51,7 @@ class _Guarded(io.RawIOBase):
     it), and the next read raises. Readers call :func:`check_complete` at the end of the data.
     """
 
-    def __init__(self, inner: BinaryIO):
+    def __init__(self, inner: _Chunked):
         self._inner = inner
         self._error: TruncatedInput | None = None
 
@@ -56,8 +65,7 @@ class _Guarded(io.RawIOBase):
             # read1: one decompression step at a time, so a failure loses nothing decoded before it
             data = self._inner.read1(len(b))
         except DECOMPRESSION_ERRORS as exc:
-            msg = str(exc).splitlines()[0] if str(exc) else ""
-            self._error = TruncatedInput(f"{type(exc).__name__}: {msg}")
+            self._error = TruncatedInput(error_line(exc))
             return 0
         b[: len(data)] = data
         return len(data)
@@ -75,11 +83,11 @@ def check_complete(fh: BinaryIO) -> None:
 class ZstdFrames(io.BufferedIOBase):
     """A stream over one or more zstandard frames that raises EOFError if the input ends mid-frame."""
 
-    def __init__(self, fh: BinaryIO, chunk_size: int = 1 << 16):
+    def __init__(self, fh: IO[bytes], chunk_size: int = 1 << 16):
         self._fh = fh
         self._chunk_size = chunk_size
         self._dctx = zstandard.ZstdDecompressor()
-        self._obj = None
+        self._obj: zstandard.ZstdDecompressionObj | None = None
         self._buf = b""
         self._pos = 0
         self._done = False
@@ -145,18 +153,19 @@ def compression_of(path: str) -> str | None:
     return None
 
 
-def open_binary(path: str) -> BinaryIO:
+def open_binary(path: str) -> io.BufferedReader:
     """A buffered binary reader of the file's decompressed bytes; raises TruncatedInput when cut."""
     kind = compression_of(path)
     if storage.is_remote(path):  # an object-store file: pyarrow's reader, the same decompression on top
         raw = storage.open_input(path)
         if kind == "gzip":
-            return io.BufferedReader(_Guarded(gzip.GzipFile(fileobj=raw, mode="rb")), READ_SIZE)  # type: ignore[arg-type]
+            return io.BufferedReader(_Guarded(gzip.GzipFile(fileobj=raw, mode="rb")), READ_SIZE)
         if kind == "zstd":
-            return io.BufferedReader(_Guarded(ZstdFrames(raw)), READ_SIZE)  # type: ignore[arg-type]
+            return io.BufferedReader(_Guarded(ZstdFrames(raw)), READ_SIZE)
+        # a pyarrow NativeFile (raw-stream methods, readinto included): pyarrow ships no type information
         return io.BufferedReader(raw, READ_SIZE)  # type: ignore[arg-type]
     if kind == "gzip":
-        return io.BufferedReader(_Guarded(gzip.GzipFile(path, "rb")), READ_SIZE)  # type: ignore[arg-type]
+        return io.BufferedReader(_Guarded(gzip.GzipFile(path, "rb")), READ_SIZE)
     if kind == "zstd":
-        return io.BufferedReader(_Guarded(ZstdFrames(open(path, "rb"))), READ_SIZE)  # type: ignore[arg-type]
-    return open(path, "rb", buffering=READ_SIZE)
+        return io.BufferedReader(_Guarded(ZstdFrames(open(path, "rb"))), READ_SIZE)
+    return io.BufferedReader(io.FileIO(path, "rb"), READ_SIZE)  # what open(path, "rb", buffering=READ_SIZE) builds

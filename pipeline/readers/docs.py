@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import regex
-
-from pipeline.documents import Doc, Drop, dump_meta
+from pipeline.documents import Drop, ReaderDocument, dump_meta
+from pipeline.error_line import error_line
 
 #: a dropped record keeps at most this much of its raw bytes (enough to see what went wrong)
 MAX_RAW_BYTES = 10 * 1024
@@ -34,16 +33,6 @@ def record_id(record: dict[str, Any], id_field: str, name: str, record_index: in
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return default_id(name, record_index)
-
-
-#: whitespace and default-ignorable code points (zero-width space/joiners, word joiner, BOM, soft hyphen,
-#: bidi marks, variation selectors, tags...): a text of only these shows nothing, so it is empty
-_BLANK = regex.compile(r"[\s\p{Default_Ignorable_Code_Point}]*")
-
-
-def is_blank(text: str) -> bool:
-    """True for a text with nothing visible: the empty check of every reader (and of ``normalize``)."""
-    return _BLANK.fullmatch(text) is not None
 
 
 def encodable(text: str) -> bool:
@@ -90,7 +79,7 @@ def raw_text(raw: bytes | str) -> str:
 
 def make_doc(
     doc_id: str, text: str, source: str, ord_: int, meta: str = "{}", segments: str | None = None
-) -> Doc:
+) -> ReaderDocument:
     return {"id": doc_id, "text": text, "source": source, "ord": ord_, "meta": meta, "segments": segments}
 
 
@@ -116,5 +105,4 @@ def drop(
 
 def error_text(exc: BaseException) -> str:
     """One short line describing an exception, for a Drop's detail."""
-    msg = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {msg}"[:300]
+    return error_line(exc)[:300]

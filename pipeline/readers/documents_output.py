@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import storage
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Drop, ReaderDocument
 from pipeline.output.documents_meta import LEGACY_INDEX_NAME, MetaRules, decode_meta
 from pipeline.readers.docs import drop
 from pipeline.readers.jsonl import read_jsonl, record_doc
@@ -26,7 +26,7 @@ from pipeline.readers.parquet import read_parquet
 from pipeline.spec import InputSpec
 
 
-def read_documents(file_index: int, path: str, name: str, spec: InputSpec) -> Iterator[Doc | Drop]:
+def read_documents(file_index: int, path: str, name: str, spec: InputSpec) -> Iterator[ReaderDocument | Drop]:
     """A part's documents; an older output's index inside the folder (``index.json``) is no part."""
     if path.rsplit("/", 1)[-1] == LEGACY_INDEX_NAME:
         return iter(())
@@ -47,7 +47,7 @@ def _part_rules(path: str) -> MetaRules:
 def documents_doc(
     file_index: int, name: str, spec: InputSpec, record_index: int, raw: bytes | str, record: dict[str, Any],
     rules: MetaRules | None = None,
-) -> Doc | Drop:
+) -> ReaderDocument | Drop:
     """As :func:`record_doc`, with ``meta`` and ``segments`` taken from the record instead of built (a struct
     ``meta`` decoded back to its dict by the part's ``rules``)."""
     item = record_doc(file_index, name, spec, record_index, raw, record)

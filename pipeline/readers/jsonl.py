@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Drop, ReaderDocument, is_blank
 from pipeline.readers.bounded import TooLarge, lines, too_large
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
-from pipeline.readers.docs import drop, encodable, error_text, is_blank, make_doc, make_ord, meta_json, record_id
+from pipeline.readers.docs import drop, encodable, error_text, make_doc, make_ord, meta_json, record_id
 from pipeline.spec import DEFAULT_MAX_RECORD_BYTES, InputSpec
 
 BOM = "\ufeff"
@@ -72,7 +72,7 @@ def parse_line(
 def record_doc(
     file_index: int, name: str, spec: InputSpec, record_index: int, raw: bytes | str,
     record: dict[str, Any],
-) -> Doc | Drop:
+) -> ReaderDocument | Drop:
     """A plain-text document from a parsed record (shared with the Parquet reader)."""
     doc_id = record_id(record, spec.id_field, name, record_index)
     text = record.get(spec.text_field)
@@ -92,8 +92,8 @@ def record_doc(
 
 
 def read_jsonl(
-    file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., Doc | Drop] = record_doc
-) -> Iterator[Doc | Drop]:
+    file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., ReaderDocument | Drop] = record_doc
+) -> Iterator[ReaderDocument | Drop]:
     for item in iter_records(file_index, path, name, spec.max_record_bytes):
         if isinstance(item, Drop):
             yield item

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import storage
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Drop, ReaderDocument
 from pipeline.readers.bounded import too_large
 from pipeline.readers.docs import drop, error_text, record_id
 from pipeline.readers.jsonl import record_doc
@@ -25,8 +25,8 @@ BATCH_ROWS = 1024
 
 
 def read_parquet(
-    file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., Doc | Drop] = record_doc
-) -> Iterator[Doc | Drop]:
+    file_index: int, path: str, name: str, spec: InputSpec, to_doc: Callable[..., ReaderDocument | Drop] = record_doc
+) -> Iterator[ReaderDocument | Drop]:
     try:
         pf = pq.ParquetFile(storage.open_input(path))
     except (OSError, pa.ArrowException) as exc:

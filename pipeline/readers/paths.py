@@ -139,10 +139,10 @@ class _Walk:
     def named(self, path: str) -> None:
         """A path named as is: a file, a folder (read whole), or nothing."""
         kind, st = _kind(path)
-        if kind == "file":
-            self._add_file(path, st)  # type: ignore[arg-type]
-        elif kind == "dir":
-            self.folder(path, st)  # type: ignore[arg-type]
+        if kind == "file" and st is not None:  # a file or a folder always has its stat
+            self._add_file(path, st)
+        elif kind == "dir" and st is not None:
+            self.folder(path, st)
         elif kind in ("unreadable", "broken"):
             self._add_unreadable(path)
 
@@ -154,14 +154,14 @@ class _Walk:
             if not self._enter(folder, fst, -1):
                 continue
             entries = self._list(folder)
-            subfolders = []
+            subfolders: list[tuple[str, os.stat_result]] = []
             for _, path in entries or ():
                 kind, est = _kind(path)
-                if kind == "file":
-                    self._add_file(path, est)  # type: ignore[arg-type]
+                if kind == "file" and est is not None:
+                    self._add_file(path, est)
                 elif kind in ("unreadable", "broken"):
                     self._add_unreadable(path)
-                elif kind == "dir" and not (os.path.islink(path) and _is_loop(path, folder)):
+                elif kind == "dir" and est is not None and not (os.path.islink(path) and _is_loop(path, folder)):
                     subfolders.append((path, est))
             stack.extend(reversed(subfolders))
 
@@ -170,9 +170,9 @@ class _Walk:
         kind, st = _kind(root or os.curdir)
         if kind in ("unreadable", "broken"):
             self._add_unreadable(root or os.curdir)
-        if kind != "dir":
+        if kind != "dir" or st is None:
             return
-        stack: list[tuple[str, os.stat_result, int]] = [(root, st, 0)]  # type: ignore[list-item]
+        stack: list[tuple[str, os.stat_result, int]] = [(root, st, 0)]
         while stack:
             folder, fst, i = stack.pop()
             if not self._enter(folder, fst, i):
@@ -194,15 +194,15 @@ class _Walk:
                 kind, est = _kind(path)
                 if kind == "unreadable" or (kind == "broken" and last):  # a broken link on the way holds
                     self._add_unreadable(path)  # no folder to search; one in the last place names a lost file
-                elif kind != "dir":
-                    if last and kind == "file":
-                        self._add_file(path, est)  # type: ignore[arg-type]
+                elif kind != "dir" or est is None:
+                    if last and kind == "file" and est is not None:
+                        self._add_file(path, est)
                 elif os.path.islink(path) and _is_loop(path, folder):
                     continue
                 elif last:
-                    self.folder(path, est)  # type: ignore[arg-type]
+                    self.folder(path, est)
                 else:
-                    found.append((path, est, nxt))  # type: ignore[arg-type]
+                    found.append((path, est, nxt))
             stack.extend(reversed(found))
 
     def _children(self, folder: str, seg: str) -> list[str] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Drop, ReaderDocument
 from pipeline.readers.docs import drop, encodable, make_doc, make_ord, meta_json, record_id
 from pipeline.readers.jsonl import iter_records
 from pipeline.readers.templates import RecordError, render
@@ -19,7 +19,7 @@ from pipeline.spec import InputSpec
 RENDERED_FIELDS = {"instruction": ("instruction", "input", "output"), "chat": ("messages",)}
 
 
-def read_sft(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[Doc | Drop]:
+def read_sft(file_index: int, path: str, name: str, spec: InputSpec, fmt: str) -> Iterator[ReaderDocument | Drop]:
     consumed = (*RENDERED_FIELDS[fmt], spec.id_field)
     for item in iter_records(file_index, path, name, spec.max_record_bytes):
         if isinstance(item, Drop):

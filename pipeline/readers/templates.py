@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.readers.docs import is_blank
+from pipeline.documents import is_blank
 
 DEFAULT_INSTRUCTION_TEMPLATE = "### Instruction:\n{instruction}\n\n{input_block}### Response:\n"
 DEFAULT_CHAT_TEMPLATE = "<|{role}|>\n"

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Drop, ReaderDocument, is_blank
 from pipeline.readers.bounded import TooLarge, read_bounded, too_large
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
-from pipeline.readers.docs import default_id, drop, error_text, is_blank, make_doc, make_ord
+from pipeline.readers.docs import default_id, drop, error_text, make_doc, make_ord
 
 BOM = "\ufeff"
 
 
-def read_text(file_index: int, path: str, name: str, limit: int) -> Iterator[Doc | Drop]:
+def read_text(file_index: int, path: str, name: str, limit: int) -> Iterator[ReaderDocument | Drop]:
     try:
         with open_binary(path) as fh:
             data = read_bounded(fh, limit)

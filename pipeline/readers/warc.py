@@ -27,7 +27,7 @@ from warcio.exceptions import ArchiveLoadFailed
 from warcio.limitreader import LimitReader
 from warcio.recordloader import ArcWarcRecordLoader
 
-from pipeline.documents import Doc, Drop
+from pipeline.documents import Drop, ReaderDocument, is_blank
 from pipeline.readers.bounded import too_large
 from pipeline.readers.compression import TruncatedInput, check_complete, open_binary
 from pipeline.readers.docs import (
@@ -36,7 +36,6 @@ from pipeline.readers.docs import (
     drop,
     encodable,
     error_text,
-    is_blank,
     make_doc,
     make_ord,
     meta_json,
@@ -59,7 +58,7 @@ MAX_LINE = 64 * 1024
 MALFORMED = "malformed_warc_record"
 
 
-def read_warc(file_index: int, path: str, name: str, limit: int) -> Iterator[Doc | Drop]:
+def read_warc(file_index: int, path: str, name: str, limit: int) -> Iterator[ReaderDocument | Drop]:
     index = 0
     loader = ArcWarcRecordLoader(verify_http=False, arc2warc=True)
     # decompressed here, not by warcio: warcio reads a cut .warc.gz as a shorter file without a word
@@ -164,7 +163,7 @@ def _parse(loader: ArcWarcRecordLoader, fh: _Tellable, line: bytes, is_warc: boo
 
 def _record(
     fh: _Tellable, record: Any, is_warc: bool, file_index: int, name: str, index: int, bound: _Bound
-) -> tuple[Doc | Drop | None, bytes]:
+) -> tuple[ReaderDocument | Drop | None, bytes]:
     """The record's document or drop (None: not a document), and the first line of the next record."""
     problem = _header_problem(record) if is_warc else None
     # an ARC record has no id of its own: warcio makes up a random WARC-Record-ID for it on every read
@@ -172,7 +171,8 @@ def _record(
     raw = b""
     size = fh.tell() - bound.start + (record.raw_stream.limit if isinstance(record.raw_stream, LimitReader) else 0)
     if problem is None and size > bound.limit:  # its payload is not read: _cut_short reads past it
-        item: Doc | Drop | None = too_large(name, file_index, index, bound.limit, doc_id, offset=bound.start, size=size)
+        item: ReaderDocument | Drop | None = too_large(name, file_index, index, bound.limit, doc_id,
+                                                       offset=bound.start, size=size)
     elif problem is None:
         try:
             item = _record_doc(file_index, name, index, record, doc_id, bound.limit)
@@ -247,7 +247,7 @@ def _cut_short(record: Any) -> bool:
 
 def _record_doc(
     file_index: int, name: str, record_index: int, record: Any, doc_id: str, limit: int
-) -> Doc | Drop | None:
+) -> ReaderDocument | Drop | None:
     """The record's document or drop, None when it is no document; :class:`_OverLimit` when its payload decodes
     (``Content-Encoding: gzip``, chunked) to more than ``limit`` bytes, read no further than that."""
     if record.rec_type == "response":
@@ -292,6 +292,9 @@ def _content_stream(record: Any, limit: int) -> Any:
 class _CappedReader(ChunkedDataReader):
     """warcio's chunked reader (a plain decoding one when ``chunked`` is false) whose decompressor stops after ``cap``
     bytes in all, so that reading ``cap`` bytes of a bomb inflates no more than that."""
+
+    #: warcio's decompressor (set by its ``_init_decomp``), wrapped in :class:`_Capped`
+    decompressor: Any
 
     def __init__(self, stream: Any, cap: int, chunked: bool, decoder: str | None):
         self.cap = cap  # before warcio's __init__, which makes the decompressor

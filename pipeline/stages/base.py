@@ -1,8 +1,9 @@
 """Writing a stage: the one stage interface, from a batch of documents to kept documents and drops.
 
-A document is a dict with ``id``, ``text``, ``source``, ``ord`` (its position in the input, used to
-restore a deterministic order), ``meta`` (a dict: annotations go here) and ``segments`` (SFT spans).
-Register a stage with one line in :data:`pipeline.stages.REGISTRY` (``"name": "module:Class"``).
+A document is a :class:`~pipeline.documents.Document` (a TypedDict) with ``id``, ``text``, ``source``, ``ord``
+(its position in the input, used to restore a deterministic order), ``meta`` (a dict: annotations go here)
+and ``segments`` (SFT spans). Register a stage with one line in :data:`pipeline.stages.REGISTRY`
+(``"name": "module:Class"``).
 
 **Kinds.** :class:`Stage` sees one batch at a time: implement ``process(docs)`` and yield each
 document (possibly edited) or a :class:`~pipeline.documents.Drop` with a reason. :class:`FilterStage`
@@ -10,7 +11,8 @@ is a per-document keep/drop decision: implement ``filter(doc)``. :class:`Dataset
 dataset (dedup): implement ``apply(ds, recorder)`` on the Ray Dataset.
 
 **Params.** ``Params`` is a pydantic model inheriting :class:`StageParams` (unknown keys refused);
-a filter's inherits :class:`FilterParams`. The spec is parsed once; a stage reads ``self.params``.
+a filter's inherits :class:`FilterParams`. The spec is parsed once; a stage reads ``self.params``, and
+declares its type next to ``Params`` (``params: LengthParams``) so its fields are type-checked.
 Check files in ``preflight()``, not in the model. A check of one parameter, in ``preflight()`` or in
 a ``Params`` validator, raises :class:`~pipeline.problems.ParamError` ``("param", "why")``: the spec's
 problem is then placed at ``stages.<i>.params.<param>``.
@@ -47,12 +49,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.documents import Doc, Drop
 from pipeline.stages.metrics import StageMetrics
+from pipeline.stages.recorder import Recorder
+
+if TYPE_CHECKING:  # Ray only for the annotation: validating a spec imports this module and must not import Ray
+    from ray.data import Dataset
 
 
 class StageParams(BaseModel):
@@ -109,6 +115,8 @@ class Stage:
 
     #: what :meth:`prepare` returned on the driver (None when it returned nothing), set before :meth:`setup`
     prepared: Any = None
+    #: the parsed ``Params`` (a subclass narrows the annotation to its own model)
+    params: BaseModel
 
     def __init__(self, params: BaseModel, ctx: StageContext):
         self.params = params
@@ -154,6 +162,7 @@ class FilterStage(Stage):
     """A per-document filter: :meth:`filter` returns True, a drop reason, or a :class:`Verdict`."""
 
     Params: ClassVar[type[BaseModel]] = FilterParams
+    params: FilterParams
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -215,7 +224,10 @@ def run_batch(stage: Stage, docs: list[Doc]) -> BatchResult:
     kept: list[Doc] = []
     drops: list[Drop] = []
     for item in stage.process(docs):
-        (drops if isinstance(item, Drop) else kept).append(item)
+        if isinstance(item, Drop):
+            drops.append(item)
+        else:
+            kept.append(item)
     return BatchResult(kept, drops, stage.take_metrics())
 
 
@@ -231,6 +243,8 @@ class DatasetStage:
     reorders: ClassVar[bool] = True
     #: as :attr:`Stage.path_params`
     path_params: ClassVar[tuple[str, ...]] = ()
+    #: as :attr:`Stage.params`
+    params: BaseModel
 
     def __init__(self, params: BaseModel, ctx: StageContext):
         self.params = params
@@ -239,11 +253,12 @@ class DatasetStage:
     def preflight(self) -> None:
         """As :meth:`Stage.preflight`."""
 
-    def apply(self, ds: Any, recorder: Any) -> Any:
-        """Return the dataset without the dropped documents.
+    def apply(self, ds: Dataset, recorder: Recorder) -> Dataset:
+        """Return the dataset (rows in :data:`pipeline.documents.DOC_SCHEMA`) without the dropped documents.
 
-        ``recorder`` is a :class:`pipeline.job.stats.StageRecorder`: call ``recorder.rejects(batch)`` from
-        Ray tasks with the dropped rows (they must carry ``reason`` and may carry ``detail``) and
+        ``recorder`` is a :class:`~pipeline.stages.recorder.Recorder` (in a job, a
+        :class:`pipeline.job.stats.StageRecorder`): call ``recorder.rejects(batch)`` from Ray tasks with
+        the dropped rows (they must carry ``reason`` and may carry ``detail``) and
         ``recorder.counts(docs_in=..., docs_out=..., dropped={reason: n}, bytes_in=..., seconds=...,
         metrics=StageMetrics)`` (the last for the stage's own counters and scores).
 

@@ -20,10 +20,11 @@ class LengthParams(FilterParams):
 class LengthFilter(FilterStage):
     name = "length"
     Params = LengthParams
+    params: LengthParams
 
     def filter(self, doc: Doc) -> Verdict:
         n = len(doc["text"])
-        scores = {"chars": n}
+        scores: dict[str, float] = {"chars": n}
         if n < self.params.min_chars:
             return Verdict(False, "too_short", scores)
         if self.params.max_chars is not None and n > self.params.max_chars:

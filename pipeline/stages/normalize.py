@@ -13,8 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.documents import Doc, Drop
-from pipeline.readers.docs import is_blank
+from pipeline.documents import Doc, Drop, is_blank
 from pipeline.stages.base import Stage
 
 
@@ -27,11 +26,13 @@ class NormalizeParams(BaseModel):
 class Normalize(Stage):
     name = "normalize"
     Params = NormalizeParams
+    params: NormalizeParams
 
     def process(self, docs: list[Doc]) -> Iterator[Doc | Drop]:
         for doc in docs:
-            if doc.get("segments"):  # SFT: normalize each part, keep the prompt/response split
-                parts = [[self._clean(t), train] for t, train in json.loads(doc["segments"])]
+            segments = doc.get("segments")
+            if segments:  # SFT: normalize each part, keep the prompt/response split
+                parts = [[self._clean(t), train] for t, train in json.loads(segments)]
                 doc["segments"] = json.dumps(parts, ensure_ascii=False)
                 doc["text"] = "".join(t for t, _ in parts)
                 yield doc
