@@ -23,10 +23,10 @@ import os
 import re
 import stat
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -174,8 +174,10 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ShardFormatError(f"key {shown(dup)} appears twice")
+        for key, _ in pairs:
+            if key in seen:
+                raise ShardFormatError(f"key {shown(key)} appears twice")
+            seen.add(key)
     return out
 
 
@@ -232,7 +234,7 @@ def encode_sample(
 def tar_bytes(samples: list[dict[str, bytes | str]]) -> bytes:
     """One shard's bytes: the samples' members in a tar with fixed metadata (mtime 0, fixed owner and
     mode), so the same samples always give the same bytes. The one tar writer of the pipeline's shard
-    writer and of ``training.synthetic``.
+    writer (:mod:`pipeline.output.shard_set`).
 
     The bytes are webdataset's ``TarWriter`` (Python's ``tarfile``) output; the usual members (short
     ASCII names, bytes values) are laid out here directly, ~10x faster than ``tarfile`` builds each header.
@@ -464,6 +466,16 @@ class Manifest:
         shard but the last holds exactly ``samples_per_shard`` samples and the last is ``partial``
         exactly when it holds fewer; names and checksums are unique; each shard's ``bytes`` can hold
         its tokens and is what every read of that shard is bounded by."""
+        self._validate_fields()
+        _typed(self.shards, "shards", list)
+        names: set[str] = set()
+        digests: set[str] = set()
+        for i, s in enumerate(self.shards):
+            self._validate_shard(i, s, names, digests)
+        return self
+
+    def _validate_fields(self) -> None:
+        """Every field but ``shards``, in the order :meth:`validate` reports them."""
         _int(self.format_version, "format_version", FORMAT_VERSION, FORMAT_VERSION)
         for key in ("spec_hash", "tokenizer_hash"):
             value = getattr(self, key)
@@ -484,87 +496,61 @@ class Manifest:
         _typed(self.extra, "extra", dict)
         if _too_deep(self.extra, MAX_JSON_DEPTH):
             raise ShardFormatError(f"extra: nested deeper than {MAX_JSON_DEPTH} levels")
-        _typed(self.shards, "shards", list)
-        names: set[str] = set()
-        digests: set[str] = set()
-        itemsize = token_dtype(self.vocab_size).itemsize
-        last = len(self.shards) - 1
-        for i, s in enumerate(self.shards):
-            where = f"shards.{i}"
-            if not isinstance(s, ShardInfo):
-                raise ShardFormatError(f"{where}: must be a shard entry, got {_kind(s)}")
-            _typed(s.name, f"{where}.name", str)
-            problem = check_shard_name(s.name)
-            if problem:
-                raise ShardFormatError(f"{where}.name: {problem}")
-            if s.name in names:
-                raise ShardFormatError(f"{where}.name: {s.name} is listed twice")
-            names.add(s.name)
-            where = f"shards.{i} ({s.name})"
-            _int(s.samples, f"{where}.samples", 1, self.samples_per_shard)
-            _int(s.tokens, f"{where}.tokens", s.samples, s.samples * self.seq_len)
-            _typed(s.sha256, f"{where}.sha256", str)
-            if not _HEX64.fullmatch(s.sha256):
-                raise ShardFormatError(f"{where}.sha256: must be 64 lowercase hex digits")
-            if s.sha256 in digests:
-                raise ShardFormatError(f"{where}.sha256: same checksum as another shard (repeated data)")
-            digests.add(s.sha256)
-            _int(s.bytes, f"{where}.bytes", 1, MAX_SHARD_BYTES)
-            if s.bytes <= s.tokens * itemsize:
-                raise ShardFormatError(f"{where}.bytes: {s.bytes} cannot hold {s.tokens} {self.dtype} tokens")
-            _typed(s.partial, f"{where}.partial", bool)
-            if i < last and (s.partial or s.samples != self.samples_per_shard):
-                raise ShardFormatError(f"{where}: only the last shard may be partial, this one holds {s.samples} "
-                                       f"of {self.samples_per_shard} samples")
-            if i == last and s.partial != (s.samples < self.samples_per_shard):
-                raise ShardFormatError(f"{where}.partial: {s.partial} but it holds {s.samples} of "
-                                       f"{self.samples_per_shard} samples")
-        return self
+
+    def _validate_shard(self, i: int, s: object, names: set[str], digests: set[str]) -> None:
+        """Shard entry ``i``; ``names`` and ``digests`` (those of the entries before it) get its own."""
+        where = f"shards.{i}"
+        if not isinstance(s, ShardInfo):
+            raise ShardFormatError(f"{where}: must be a shard entry, got {_kind(s)}")
+        _typed(s.name, f"{where}.name", str)
+        problem = check_shard_name(s.name)
+        if problem:
+            raise ShardFormatError(f"{where}.name: {problem}")
+        if s.name in names:
+            raise ShardFormatError(f"{where}.name: {s.name} is listed twice")
+        names.add(s.name)
+        where = f"shards.{i} ({s.name})"
+        _int(s.samples, f"{where}.samples", 1, self.samples_per_shard)
+        _int(s.tokens, f"{where}.tokens", s.samples, s.samples * self.seq_len)
+        _typed(s.sha256, f"{where}.sha256", str)
+        if not _HEX64.fullmatch(s.sha256):
+            raise ShardFormatError(f"{where}.sha256: must be 64 lowercase hex digits")
+        if s.sha256 in digests:
+            raise ShardFormatError(f"{where}.sha256: same checksum as another shard (repeated data)")
+        digests.add(s.sha256)
+        _int(s.bytes, f"{where}.bytes", 1, MAX_SHARD_BYTES)
+        if s.bytes <= s.tokens * token_dtype(self.vocab_size).itemsize:
+            raise ShardFormatError(f"{where}.bytes: {s.bytes} cannot hold {s.tokens} {self.dtype} tokens")
+        _typed(s.partial, f"{where}.partial", bool)
+        last = i == len(self.shards) - 1
+        if not last and (s.partial or s.samples != self.samples_per_shard):
+            raise ShardFormatError(f"{where}: only the last shard may be partial, this one holds {s.samples} "
+                                   f"of {self.samples_per_shard} samples")
+        if last and s.partial != (s.samples < self.samples_per_shard):
+            raise ShardFormatError(f"{where}.partial: {s.partial} but it holds {s.samples} of "
+                                   f"{self.samples_per_shard} samples")
 
     def to_json(self) -> str:
         """Validated first: the writer can never publish a manifest the loader would refuse."""
-        self.validate()
-        data = asdict(self)
-        data["total_samples"] = self.total_samples
-        data["total_tokens"] = self.total_tokens
-        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+        return counted_json(self)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Manifest:
         """Parse and validate; every failure is a ShardFormatError 'malformed manifest: FIELD: why'."""
-        try:
-            return cls._parse(text)
-        except ShardFormatError as exc:
-            raise ShardFormatError(f"malformed manifest: {exc}") from None
+        return parse_counted(cls._parse, text, "manifest")
 
     @classmethod
     def _parse(cls, text: str | bytes) -> Manifest:
-        if len(text) > MAX_MANIFEST_BYTES:
-            raise ShardFormatError(f"larger than {MAX_MANIFEST_BYTES} bytes")
-        data = json_value(text, strict_keys=True)
-        if not isinstance(data, dict):
-            raise ShardFormatError("not a manifest: not a JSON object")
+        data = json_object(text, MAX_MANIFEST_BYTES, "not a manifest: not a JSON object")
         if data.get("format_version") != FORMAT_VERSION:
             version = data.get("format_version")
             raise ShardFormatError(f"format_version: unsupported shard format version "
                                    f"{version if type(version) is int else _kind(version)}")
-        totals = {k: data.pop(k, None) for k in ("total_samples", "total_tokens")}
-        known = {f.name for f in fields(cls)}
-        _keys(data, known, {"format_version", "extra"}, "")
-        shards = data["shards"]
-        _typed(shards, "shards", list)
-        entries = []
-        for i, s in enumerate(shards):
-            if not isinstance(s, dict):
-                raise ShardFormatError(f"shards.{i}: must be an object, got {_kind(s)}")
-            _keys(s, _SHARD_FIELDS, {"partial"}, f"shards.{i}.")
-            entries.append(ShardInfo(**s))
-        data["shards"] = entries
+        totals = {k: data.pop(k, None) for k in TOTALS}
+        _keys(data, {f.name for f in fields(cls)}, {"format_version", "extra"}, "")
+        data["shards"] = entries(data["shards"], "shards", ShardInfo, _SHARD_FIELDS, {"partial"})
         manifest = cls(**data).validate()
-        for key, value in totals.items():
-            _int(value, key, 0, 1 << 62)
-            if value != getattr(manifest, key):
-                raise ShardFormatError(f"{key}: {value} but the shards add up to {getattr(manifest, key)}")
+        check_totals(manifest, totals, "shards")
         return manifest
 
     @classmethod
@@ -580,6 +566,65 @@ def _keys(data: dict[str, Any], known: set[str], optional: set[str], prefix: str
     missing = sorted(known - optional - set(data))
     if missing:
         raise ShardFormatError(f"{prefix}{missing[0]}: missing")
+
+
+# ------------------------------------------------------------------------------------------ counted files
+# A manifest and a mixture file (pipeline.mixture_format) are written and read alike: a validated dataclass as
+# sorted JSON with the totals its parts (shards, sources) add up to, read back bounded, strict, and checked.
+
+#: the fields a counted file states beside its own
+TOTALS = ("total_samples", "total_tokens")
+_R = TypeVar("_R")
+_E = TypeVar("_E")
+
+
+def counted_json(record: Any) -> str:
+    """``record`` (a dataclass with ``validate()`` and the :data:`TOTALS` properties), validated, as its file."""
+    record.validate()
+    data = asdict(record)
+    for key in TOTALS:
+        data[key] = getattr(record, key)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def parse_counted(parse: Callable[[str | bytes], _R], text: str | bytes, what: str,
+                  error: type[ShardFormatError] = ShardFormatError) -> _R:
+    """``parse(text)``; any failure raised as ``error`` 'malformed WHAT: FIELD: why'."""
+    try:
+        return parse(text)
+    except ShardFormatError as exc:
+        raise error(f"malformed {what}: {exc}") from None
+
+
+def json_object(text: str | bytes, limit: int, not_object: str) -> dict[str, Any]:
+    """The JSON object ``text`` holds (at most ``limit`` bytes, no key twice); ``not_object`` if it is none."""
+    if len(text) > limit:
+        raise ShardFormatError(f"larger than {limit} bytes")
+    data = json_value(text, strict_keys=True)
+    if not isinstance(data, dict):
+        raise ShardFormatError(not_object)
+    return data
+
+
+def entries(items: Any, field: str, entry: Callable[..., _E], known: set[str], optional: set[str]) -> list[_E]:
+    """The list ``field`` (shards, sources) as ``entry`` records, each an object of exactly the ``known`` keys
+    (those of ``optional`` may be left out)."""
+    _typed(items, field, list)
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ShardFormatError(f"{field}.{i}: must be an object, got {_kind(item)}")
+        _keys(item, known, optional, f"{field}.{i}.")
+        out.append(entry(**item))
+    return out
+
+
+def check_totals(record: Any, totals: dict[str, Any], parts: str) -> None:
+    """The :data:`TOTALS` a file stated are what its ``parts`` add up to."""
+    for key, value in totals.items():
+        _int(value, key, 0, 1 << 62)
+        if value != getattr(record, key):
+            raise ShardFormatError(f"{key}: {value} but the {parts} add up to {getattr(record, key)}")
 
 
 # ------------------------------------------------------------------------------------------ files

@@ -69,6 +69,25 @@ DEFAULT_MIN_SPAN_SHARE = 0.4
 FILTER_BITS = 25
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """A batch of texts hashed together: their word ids end to end, an unknown word (-1) after each."""
+
+    #: positions in all, separators included
+    n: int
+    #: the unknown words (separators included) before each position: a window holds none when equal at both ends
+    unknown: np.ndarray
+    prefix: Prefix
+    #: each text's positions, separator included, its first position, and each position's text
+    lens: np.ndarray
+    doc_start: np.ndarray
+    doc_of: np.ndarray
+
+
+#: matches found in a batch: (document * texts + text, overlap, exact, span in words), one array each
+_Found = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 class Matcher:
     """Matches documents against one :class:`BenchmarkIndex` (build once per worker: it holds a dict)."""
 
@@ -103,22 +122,39 @@ class Matcher:
         out: list[list[Match]] = [[] for _ in texts]
         if not len(idx.keys) or not texts:
             return out
+        batch = self._batch(texts)
+        pos, start = self._found_windows(batch)
+        if not len(pos):
+            return out
+        doc = batch.doc_of[start]
+        found = [self._long_texts(batch, doc, pos), self._short_texts(batch, doc, pos, start)]
+        code, overlap, exact, span = (np.concatenate([f[k] for f in found]).tolist() for k in range(4))
+        n_texts = len(idx.text_item)
+        for c, o, e, w in zip(code, overlap, exact, span, strict=True):
+            d_c, t = divmod(c, n_texts)
+            i = int(idx.text_item[t])
+            out[d_c].append(Match(idx.benchmarks[idx.item_bench[i]], idx.item_ids[i], o, e,
+                                  int(idx.text_words[t]), w, idx.fields[idx.text_field[t]],
+                                  _rule(o, int(idx.text_words[t]) < idx.ngram, self.min_overlap)))
+        return [_best_first(in_doc) for in_doc in out]
+
+    def _batch(self, texts: list[str]) -> _Batch:
         get = self.word_id.get
         per_doc = [list(map(get, words(t), repeat(-1))) for t in texts]
         lens = np.array([len(x) + 1 for x in per_doc], dtype=np.int64)  # + the separator
         ids = np.fromiter(chain.from_iterable(x + [-1] for x in per_doc), dtype=np.int64, count=int(lens.sum()))
-        n = len(ids)
-        unknown = np.concatenate(([0], np.cumsum(ids < 0)))
-        prefix = Prefix(self.values[ids])
-        doc_of = np.repeat(np.arange(len(texts)), lens)
-        doc_start = np.cumsum(lens) - lens
+        return _Batch(n=len(ids), unknown=np.concatenate(([0], np.cumsum(ids < 0))), prefix=Prefix(self.values[ids]),
+                      lens=lens, doc_of=np.repeat(np.arange(len(texts)), lens), doc_start=np.cumsum(lens) - lens)
 
-        # the windows of n-gram and of head length, less those holding an unknown word (or a separator)
+    def _found_windows(self, batch: _Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The windows of n-gram and of head length, less those holding an unknown word (or a separator), whose
+        key is in the index: (the key's number in the index, the window's start in the batch)."""
+        idx, n, unknown = self.index, batch.n, batch.unknown
         keys_at, starts_at = [], []
         for size in sorted({idx.ngram, idx.min_words}):
             if size <= n:
                 ok = np.flatnonzero(unknown[size:] == unknown[: n + 1 - size])
-                keys_at.append(prefix.all_windows(size)[ok])
+                keys_at.append(batch.prefix.all_windows(size)[ok])
                 starts_at.append(ok)
         keys, start = np.concatenate(keys_at), np.concatenate(starts_at)
         slots = keys >> np.uint64(64 - FILTER_BITS)
@@ -127,15 +163,13 @@ class Matcher:
         pos = np.searchsorted(idx.keys, keys)
         hit = pos < len(idx.keys)
         hit[hit] = idx.keys[pos[hit]] == keys[hit]
-        pos, start = pos[hit], start[hit]
-        if not len(pos):
-            return out
-        doc = doc_of[start]
-        n_texts = len(idx.text_item)
-        found, overlap, exact, span = [], [], [], []
+        return pos[hit], start[hit]
 
-        # long texts: the text's windows found (overlap), and its longest run of consecutive windows found
-        # with no stock phrase among them (a span of the item, in words)
+    def _long_texts(self, batch: _Batch, doc: np.ndarray, pos: np.ndarray) -> _Found:
+        """Long texts: the text's windows found (overlap), and its longest run of consecutive windows found
+        with no stock phrase among them (a span of the item, in words)."""
+        idx = self.index
+        n_texts = len(idx.text_item)
         pair = np.unique(doc * len(idx.keys) + pos)
         key = pair % len(idx.keys)
         d, text, gram, key_common = self._owners(pair // len(idx.keys), key, idx.common[key], with_pos=True)
@@ -157,40 +191,29 @@ class Matcher:
         span_words = np.where(longest > 0, longest + idx.ngram - 1, 0)
         keep = (ratio >= self.min_overlap) | (span_words >= self.min_span) | (
             (span_words >= idx.ngram) & (span_words >= self.min_span_share * idx.text_words[code % n_texts]))
-        found.append(code[keep])
-        overlap.append(ratio[keep])
-        span.append(span_words[keep])
-        exact.append(np.zeros(keep.sum(), dtype=bool))
-        for j in np.flatnonzero(ratio[keep] >= 1.0):  # every n-gram found: in one piece?
-            d_j, t_j = divmod(int(found[0][j]), n_texts)
-            size, lo = int(idx.text_words[t_j]), int(doc_start[d_j])
-            starts = np.arange(lo, lo + lens[d_j] - size)
-            starts = starts[unknown[starts + size] == unknown[starts]]
-            exact[0][j] = idx.text_full[t_j] in prefix.windows(starts, size)
+        found, overlap, exact = code[keep], ratio[keep], np.zeros(keep.sum(), dtype=bool)
+        for j in np.flatnonzero(overlap >= 1.0):  # every n-gram found: in one piece?
+            d_j, t_j = divmod(int(found[j]), n_texts)
+            size, lo = int(idx.text_words[t_j]), int(batch.doc_start[d_j])
+            starts = np.arange(lo, lo + batch.lens[d_j] - size)
+            starts = starts[batch.unknown[starts + size] == batch.unknown[starts]]
+            exact[j] = idx.text_full[t_j] in batch.prefix.windows(starts, size)
+        return found, overlap, exact, span_words[keep]
 
-        # short texts: the head was found; the whole text must follow it
+    def _short_texts(self, batch: _Batch, doc: np.ndarray, pos: np.ndarray, start: np.ndarray) -> _Found:
+        """Short texts: the head was found; the whole text must follow it."""
+        idx = self.index
+        n_texts = len(idx.text_item)
         d, text, at = self._owners(doc, pos, start)
         short = idx.text_words[text] < idx.ngram
         d, text, at = d[short], text[short], at[short]
         end = at + idx.text_words[text]
-        fits = end <= n
-        fits[fits] = unknown[end[fits]] == unknown[at[fits]]
+        fits = end <= batch.n
+        fits[fits] = batch.unknown[end[fits]] == batch.unknown[at[fits]]
         d, text, at = d[fits], text[fits], at[fits]
-        whole = prefix.windows(at, idx.text_words[text]) == idx.text_full[text]
+        whole = batch.prefix.windows(at, idx.text_words[text]) == idx.text_full[text]
         code = np.unique(d[whole] * n_texts + text[whole])
-        found.append(code)
-        overlap.append(np.ones(len(code)))
-        exact.append(np.ones(len(code), dtype=bool))
-        span.append(idx.text_words[code % n_texts].astype(np.int64))
-
-        for c, o, e, w in zip(np.concatenate(found).tolist(), np.concatenate(overlap).tolist(),
-                              np.concatenate(exact).tolist(), np.concatenate(span).tolist(), strict=True):
-            d_c, t = divmod(c, n_texts)
-            i = int(idx.text_item[t])
-            out[d_c].append(Match(idx.benchmarks[idx.item_bench[i]], idx.item_ids[i], o, e,
-                                  int(idx.text_words[t]), w, idx.fields[idx.text_field[t]],
-                                  _rule(o, int(idx.text_words[t]) < idx.ngram, self.min_overlap)))
-        return [_best_first(in_doc) for in_doc in out]
+        return code, np.ones(len(code)), np.ones(len(code), dtype=bool), idx.text_words[code % n_texts].astype(np.int64)
 
     def _owners(self, doc: np.ndarray, pos: np.ndarray, *extra: np.ndarray, with_pos: bool = False
                 ) -> tuple[np.ndarray, ...]:
