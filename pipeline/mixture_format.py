@@ -20,18 +20,22 @@ of positions without generating the ones before it. This module imports only the
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pipeline.shard_format import (  # the manifest's own field checks: one schema style
+from pipeline.shard_format import (  # the manifest's own field checks and file form: one schema style
+    TOTALS,
     ShardFormatError,
     _int,
     _keys,
-    json_value,
+    check_totals,
+    counted_json,
+    entries,
+    json_object,
+    parse_counted,
 )
 
 MIXTURE = "mixture.json"
@@ -137,43 +141,25 @@ class Mixture:
         return self
 
     def to_json(self) -> str:
-        self.validate()
-        data = asdict(self)
-        data["total_samples"] = self.total_samples
-        data["total_tokens"] = self.total_tokens
-        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+        return counted_json(self)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Mixture:
         """Parse and validate; every failure is a MixtureFormatError 'malformed mixture: FIELD: why'."""
-        try:
-            return cls._parse(text)
-        except ShardFormatError as exc:
-            raise MixtureFormatError(f"malformed mixture: {exc}") from None
+        return parse_counted(cls._parse, text, "mixture", MixtureFormatError)
 
     @classmethod
     def _parse(cls, text: str | bytes) -> Mixture:
-        if len(text) > MAX_MIXTURE_BYTES:
-            raise MixtureFormatError(f"larger than {MAX_MIXTURE_BYTES} bytes")
-        data = json_value(text, strict_keys=True)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise MixtureFormatError(f"format: not a {FORMAT} file")
-        totals = {k: data.pop(k, None) for k in ("total_samples", "total_tokens")}
+        not_mixture = f"format: not a {FORMAT} file"
+        data = json_object(text, MAX_MIXTURE_BYTES, not_mixture)
+        if data.get("format") != FORMAT:
+            raise MixtureFormatError(not_mixture)
+        totals = {k: data.pop(k, None) for k in TOTALS}
         _keys(data, set(cls.__dataclass_fields__), {"spec", "format_version", "algorithm"}, "")
-        sources = data["sources"]
-        if not isinstance(sources, list):
-            raise MixtureFormatError("sources: must be a list")
-        entries = []
-        for i, s in enumerate(sources):
-            if not isinstance(s, dict):
-                raise MixtureFormatError(f"sources.{i}: must be an object")
-            _keys(s, set(MixtureSource.__dataclass_fields__), {"pinned"}, f"sources.{i}.")
-            entries.append(MixtureSource(**s))
-        data["sources"] = entries
+        data["sources"] = entries(data["sources"], "sources", MixtureSource,
+                                  set(MixtureSource.__dataclass_fields__), {"pinned"})
         mixture = cls(**data).validate()
-        for key, value in totals.items():
-            if value != getattr(mixture, key):
-                raise MixtureFormatError(f"{key}: {value} but the sources add up to {getattr(mixture, key)}")
+        check_totals(mixture, totals, "sources")
         return mixture
 
 
