@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -113,14 +114,14 @@ class DocEncoder:
 
     def encode(self, texts: list[str], segments: list[str | None]) -> list[tuple[np.ndarray, np.ndarray | None]]:
         plain = [i for i, s in enumerate(segments) if not s]
-        out: list[tuple[np.ndarray, np.ndarray | None]] = [None] * len(texts)  # type: ignore[list-item]
+        out: list[tuple[np.ndarray, np.ndarray | None] | None] = [None] * len(texts)
         if plain:
             for i, ids in zip(plain, self.ids([texts[i] for i in plain]), strict=True):
                 out[i] = (self._wrap(ids), None)
         for i, seg in enumerate(segments):
             if seg:
                 out[i] = self._encode_segments(json.loads(seg))
-        return out
+        return cast(list[tuple[np.ndarray, np.ndarray | None]], out)  # every place filled: plain or segments
 
     def _wrap(self, ids: np.ndarray) -> np.ndarray:
         parts = []

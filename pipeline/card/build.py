@@ -8,6 +8,7 @@ oldest first; the last is the one the card is compared with, and every one is a 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pipeline import storage
 from pipeline.card import figures
@@ -15,10 +16,12 @@ from pipeline.card.collect import CARD, CARD_DIR, SPEC, CardData, collect
 from pipeline.card.compare import compare_section, history_rows
 from pipeline.card.markdown import render
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def card_figures(d: CardData, history: list[tuple[str, CardData]]) -> dict[str, object]:
+def card_figures(d: CardData, history: list[tuple[str, CardData]]) -> dict[str, Figure]:
     """The figures this output has data for, by file stem."""
-    out: dict[str, object] = {}
+    out: dict[str, Figure] = {}
     read = d.stages[0]["docs_in"] if d.stages else 0
     rows = [("records in", int(read))]
     rows += [(s["stage"], int(s["docs_out"])) for s in d.stages if s["stage"] != "90-tokenize"]
@@ -59,7 +62,7 @@ def write_card(folder: str, compare: Sequence[str] = (), spec_json: dict[str, ob
     history = [(p, collect(p)) for p in compare if storage.exists(storage.join(p, "stats.json"))]
     figs = card_figures(d, history)
     for stem, fig in figs.items():
-        svg, png = figures.render(fig)  # type: ignore[arg-type]
+        svg, png = figures.render(fig)
         storage.write_bytes(storage.join(folder, CARD_DIR, f"{stem}.svg"), svg)
         storage.write_bytes(storage.join(folder, CARD_DIR, f"{stem}.png"), png)
         names += [f"{CARD_DIR}/{stem}.svg", f"{CARD_DIR}/{stem}.png"]

@@ -33,6 +33,7 @@ from pipeline.stages.recorder import Recorder, RejectRow
 from pipeline.worker_start import process_start_seconds
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
     from ray.data import Dataset
 
 #: target text bytes handled by one group task (verification, id look-ups)
@@ -41,7 +42,7 @@ DROP_SCHEMA = pa.schema([("ord", pa.int64()), ("reason", pa.string()), ("detail"
 
 #: what a named result holds: the values inside the task, their object references at the caller
 T = TypeVar("T")
-R = TypeVar("R")
+R = TypeVar("R", bound="DataclassInstance")
 
 
 def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,7 +93,7 @@ def returns(result: Any) -> Any:
 def start(fn: Any, shape: type[R], runs: Mapping[str, int], *args: Any, **options: Any) -> R:
     """Start task ``fn`` and name its object references as ``shape``: each list field named in ``runs`` holds
     that many references (the task must return that many items there), every other field one."""
-    names = [f.name for f in fields(shape)]  # type: ignore[arg-type]
+    names = [f.name for f in fields(shape)]
     if not set(runs) <= set(names):
         raise TypeError(f"{shape.__name__} has no field {sorted(set(runs) - set(names))}")
     refs = call(fn, sum(runs.get(n, 1) for n in names), *args, **options)
