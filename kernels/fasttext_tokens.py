@@ -16,11 +16,13 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 
 from kernels.text_chunks import number_distinct
 
+_native: ModuleType | None  # the C extension (kernels/_text_native.pyi), None where it is not built
 try:
     from kernels import _text_native as _native
 except ImportError:  # not built (no compiler at install time): the Python path below

@@ -388,11 +388,11 @@ class MinHasher:
         # documents with 1..n-1 tokens: one shingle of all their tokens
         short = np.flatnonzero((ntok > 0) & (ntok < n))
         if len(short):
-            k = ntok[short]
+            counts = ntok[short]
             seg = np.zeros(len(short), dtype=np.int64)
-            np.cumsum(k[:-1], out=seg[1:])
-            pos = np.arange(int(k.sum())) - np.repeat(seg, k)
-            part = np.add.reduceat(tok[np.repeat(first[short], k) + pos] * _MULT[pos], seg)
+            np.cumsum(counts[:-1], out=seg[1:])
+            pos = np.arange(int(counts.sum())) - np.repeat(seg, counts)
+            part = np.add.reduceat(tok[np.repeat(first[short], counts) + pos] * _MULT[pos], seg)
             full = np.concatenate([full, part])
             starts = np.concatenate([starts, first[short]])
         if len(short):
@@ -486,8 +486,9 @@ def _resolve_device(device: str) -> str:
     try:
         import torch  # optional: the numpy path needs no torch, and importing it costs seconds
     except ImportError:
-        torch = None
-    has_cuda = torch is not None and torch.cuda.is_available()
+        has_cuda = False
+    else:
+        has_cuda = bool(torch.cuda.is_available())
     if device == "cuda" and not has_cuda:
         raise RuntimeError("device='cuda' needs torch with a CUDA device; use device='cpu' or 'auto'")
     return "cuda" if has_cuda else "cpu"

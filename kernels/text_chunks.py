@@ -18,9 +18,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from itertools import chain
+from types import ModuleType
 
 import numpy as np
 
+_native: ModuleType | None  # the C extension (kernels/_text_native.pyi), None where it is not built
 try:
     from kernels import _text_native as _native
 except ImportError:  # not built (no compiler at install time): the Python path below

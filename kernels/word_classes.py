@@ -14,7 +14,9 @@ is not built, the filter keeps its own cached per-token codes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import ModuleType
 
+_native: ModuleType | None  # the C extension (kernels/_text_native.pyi), None where it is not built
 try:
     from kernels import _text_native as _native
 except ImportError:  # not built (no compiler at install time): the Python path below

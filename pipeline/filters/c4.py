@@ -73,6 +73,7 @@ class C4Quality(FilterStage):
 
     name = "c4"
     Params = C4QualityParams
+    params: C4QualityParams
     path_params = ("bad_words",)
 
     def __init__(self, params: C4QualityParams, ctx: StageContext):

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.documents import Document
 from pipeline.fast.fasttext_predict import FASTTEXT_MAGIC as MAGIC_INT32
 from pipeline.fast.fasttext_predict import LABEL_PREFIX, TopLabel
 from pipeline.problems import ParamError
@@ -78,7 +79,7 @@ def fasttext_lines(texts: Sequence[str]) -> list[str]:
     return lines
 
 
-def doc_meta(doc: dict[str, Any]) -> dict[str, Any]:
+def doc_meta(doc: Document) -> dict[str, Any]:
     """The document's ``meta`` as a dict, attached to it (Arrow rows carry it as a JSON string): the fastText
     filters write their annotations there."""
     meta = doc.get("meta")

@@ -41,6 +41,7 @@ class FineWebQuality(FilterStage):
 
     name = "fineweb"
     Params = FineWebQualityParams
+    params: FineWebQualityParams
 
     def setup(self) -> None:
         self._stops()

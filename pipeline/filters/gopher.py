@@ -78,6 +78,7 @@ class GopherQuality(FilterStage):
 
     name = "gopher_quality"
     Params = GopherQualityParams
+    params: GopherQualityParams
 
     def __init__(self, params: GopherQualityParams, ctx: StageContext):
         super().__init__(params, ctx)
@@ -202,6 +203,7 @@ class GopherRepetition(FilterStage):
 
     name = "gopher_repetition"
     Params = GopherRepetitionParams
+    params: GopherRepetitionParams
 
     def setup(self) -> None:
         splitter(self.params.language)

@@ -58,6 +58,7 @@ class LidParams(FilterParams):
 class LanguageId(FilterStage):
     name = "lid"
     Params = LidParams
+    params: LidParams
     path_params = ("model",)
 
     _model: FastTextModel | None = None

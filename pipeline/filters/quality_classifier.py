@@ -37,6 +37,7 @@ class QualityParams(FilterParams):
 class QualityClassifier(FilterStage):
     name = "quality_classifier"
     Params = QualityParams
+    params: QualityParams
     path_params = ("model",)
 
     _model: FastTextModel | None = None

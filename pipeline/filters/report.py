@@ -15,7 +15,7 @@ import os
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ class Report:
     kept_in_order: int = 0
     filters: dict[str, FilterReport] = field(default_factory=dict)
 
-    def add(self, doc: dict[str, Any], n_examples: int) -> None:
+    def add(self, doc: Mapping[str, Any], n_examples: int) -> None:
         self.documents += 1
         verdicts = stored_verdicts(doc.get("meta"))
         if not verdicts:
@@ -104,7 +104,7 @@ def _snippet(text: str, n: int = 160) -> str:
     return one if len(one) <= n else one[: n - 1] + "…"
 
 
-def iter_source(source: str) -> Iterator[dict[str, Any]]:
+def iter_source(source: str) -> Iterator[Mapping[str, Any]]:
     """Documents of an output folder (its ``documents/`` index, checksummed parts) or of Parquet/JSONL files."""
     if os.path.isdir(source) and documents_index_name(source) is not None:
         yield from iter_documents(source, load_documents_index(source))

@@ -54,6 +54,7 @@ class StoredFiltersParams(FilterParams):
 class StoredFilters(FilterStage):
     name: ClassVar[str] = "stored_filters"
     Params: ClassVar[type[BaseModel]] = StoredFiltersParams
+    params: StoredFiltersParams
 
     def filter(self, doc: Doc) -> bool | str | Verdict:
         meta = doc.get("meta")

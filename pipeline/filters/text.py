@@ -30,7 +30,7 @@ import threading
 import unicodedata
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from itertools import chain, filterfalse
 from typing import Any, cast
@@ -106,7 +106,7 @@ def normalize_lang(value: Any, default: str = DEFAULT_LANG) -> str:
     return _ISO3.get(code, code)
 
 
-def doc_lang(doc: dict[str, Any], default: str = DEFAULT_LANG) -> str:
+def doc_lang(doc: Mapping[str, Any], default: str = DEFAULT_LANG) -> str:
     """The document's language: ``meta["lang"]`` as the ``lid`` stage set it, else ``default``."""
     meta = doc.get("meta")
     if isinstance(meta, str):  # an Arrow row's meta is JSON text
