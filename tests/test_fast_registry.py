@@ -112,6 +112,14 @@ def test_every_module_of_pipeline_fast_is_registered_once() -> None:
     assert modules <= registered, f"modules of pipeline/fast not in FAST_PATHS: {sorted(modules - registered)}"
 
 
+def test_the_guide_page_lists_every_fast_path() -> None:
+    page = (ROOT / "docs" / "fast-paths.md").read_text(encoding="utf-8")
+    for path in FAST_PATHS:
+        module_file = path.module.replace(".", "/") + ".py"
+        assert f"| `{path.name}` | `{module_file}`" in page, f"docs/fast-paths.md lacks {path.name}"
+        assert f"`{path.test}`" in page
+
+
 def test_the_checker_finds_what_is_wrong() -> None:
     """Control: entries that lie are reported, each for what is wrong with it."""
     good = next(p for p in FAST_PATHS if p.name == "byte_level_bpe")
