@@ -166,7 +166,7 @@ def free_port() -> int:
 
 def start_server(state: Path, db_url: str, schema: str | None, workers: int = 1) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "service.commands.serve", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--state-dir", str(state), "--root", str(state / "data"), "--database-url", db_url,
            "--log-level", "warning"] + (["--workers", str(workers)] if workers != 1 else []) \
         + (["--database-schema", schema] if schema else [])

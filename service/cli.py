@@ -3,7 +3,7 @@
 
 Each command's module parses its own arguments (its ``build_parser``; ``tokenmill COMMAND -h``) and runs it (its
 ``run``); it is imported only when its command runs, so ``tokenmill -h`` and each command pay for their own
-imports alone. ``python -m service.commands.NAME ARGS`` runs the same module without the entry point. Exit codes
+imports alone. ``python -m service.cli COMMAND ARGS`` is the same without the installed entry point. Exit codes
 (:mod:`service.commands.exits`): 0 done, 2 what the user gave cannot be used (one ``error:`` line per problem, no
 traceback), 1 a failure of the program, the machine or a server, 130 a cancelled job.
 """

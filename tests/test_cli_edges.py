@@ -158,7 +158,7 @@ SHARED = {"exits", "http_client", "http_command", "store_options"}
 def test_each_command_is_one_module_reached_one_way():
     """``tokenmill X`` is ``COMMANDS[X]``'s ``main``, defined in that module (no module re-exporting another's);
     every module of ``service/commands`` but the shared ones is a command of the table, with its own parser and
-    run function."""
+    run function, and none is a second entry point (``python -m``) or looks a command up by name."""
     folder = ROOT / "service" / "commands"
     modules = {p.stem for p in folder.glob("*.py")} - {"__init__"} - SHARED
     tabled = {module.rsplit(".", 1)[1] for module, _ in cli.COMMANDS.values()
@@ -170,8 +170,10 @@ def test_each_command_is_one_module_reached_one_way():
     for name in modules:
         mod = importlib.import_module(f"service.commands.{name}")
         assert callable(mod.build_parser) and callable(mod.run), name
-    sources = [p.read_text() for p in [*folder.glob("*.py"), ROOT / "service" / "cli.py"]]
-    assert not any("globals()" in text for text in sources)
+    sources = {p.name: p.read_text() for p in folder.glob("*.py")}
+    assert not [name for name, text in sources.items() if "__main__" in text]  # reached through service.cli only
+    sources["cli.py"] = (ROOT / "service" / "cli.py").read_text()
+    assert not [name for name, text in sources.items() if "globals()" in text]
 
 
 def test_run_help_says_what_spec_is():

@@ -75,7 +75,7 @@ def served(tmp_path_factory) -> Iterator[tuple[str, str, Path, Path]]:
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), "TOKENMILL_TEST_CPUS": "2"}
     log = open(tmp / "serve.log", "wb")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.commands.serve", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
          "--state-dir", str(state), "--root", str(root), "--job-cpus", "2", "--max-running", "1",
          "--log-level", "warning"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

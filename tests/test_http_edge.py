@@ -66,7 +66,7 @@ def server(tmp_path_factory):
     port = free_port()
     log = open(tmp / "serve.log", "wb")  # noqa: SIM115 - the child holds it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.commands.serve", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
          "--state-dir", str(state), "--root", str(root), "--log-level", "warning",
          "--head-timeout-s", str(TIMEOUT_S), "--body-timeout-s", str(TIMEOUT_S), "--keepalive-s", str(TIMEOUT_S),
          "--max-connections", str(MAX_CONNECTIONS)],

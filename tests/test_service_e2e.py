@@ -99,7 +99,7 @@ class Service:
         env = {**os.environ, "RAY_TMPDIR": self.ray_tmp, "PYTHONPATH": str(ROOT), "TOKENMILL_TEST_CPUS": "2"}
         log = open(self.tmp / f"serve-{self.starts}.log", "wb")  # noqa: SIM115 - the child holds it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.commands.serve", "--host", "127.0.0.1", "--port", str(self.port),
+            [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--state-dir", str(self.state), "--root", str(self.root), "--job-cpus", "2", "--log-level", "warning"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         end = time.monotonic() + 90
@@ -258,11 +258,11 @@ def test_submit_and_follow_to_success_with_the_jobs_figures(service, reference):
     assert (again.status_code, again.json()["id"]) == (200, job_id)
 
     env = {**os.environ, "TOKENMILL_API_KEY": token, "PYTHONPATH": str(ROOT)}
-    follow = subprocess.run([sys.executable, "-m", "service.commands.follow", job_id, "--server", svc.url],
+    follow = subprocess.run([sys.executable, "-m", "service.cli", "follow", job_id, "--server", svc.url],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert follow.returncode == 0, follow.stderr
     assert f"job {job_id}: SUCCEEDED" in follow.stderr
-    status = subprocess.run([sys.executable, "-m", "service.commands.status", job_id, "--server", svc.url],
+    status = subprocess.run([sys.executable, "-m", "service.cli", "status", job_id, "--server", svc.url],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout, status.stderr
 

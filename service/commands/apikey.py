@@ -92,6 +92,3 @@ _ACTIONS = {"create": _create, "list": _list, "revoke": _revoke}
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

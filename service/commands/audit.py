@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from service.commands.exits import EXIT_OK
 from service.commands.http_client import Api
@@ -43,6 +42,3 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

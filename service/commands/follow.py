@@ -12,15 +12,14 @@ import httpx
 from pipeline.job import events as ev
 from service.commands.exits import EXIT_CANCELLED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.commands.http_client import Api
-from service.commands.http_command import JOB_ID_HELP, http_parser, run_requests
+from service.commands.http_command import job_parser, run_requests
 
 #: seconds between reconnections after the stream broke (the server restarting)
 RECONNECT_S = 1.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = http_parser("follow", "Follow a job's events to its end; exits with its outcome.")
-    p.add_argument("job_id", help=JOB_ID_HELP)
+    p = job_parser("follow", "Follow a job's events to its end; exits with its outcome.")
     p.add_argument("--verbose", action="store_true")
     return p
 
@@ -64,6 +63,3 @@ def follow_job(api: Api, job_id: str, verbose: bool = False) -> int:
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -25,6 +25,13 @@ def http_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
+def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """:func:`http_parser` with the job's id, the positional argument of the commands acting on one job."""
+    p = http_parser(prog, description)
+    p.add_argument("job_id", help=JOB_ID_HELP)
+    return p
+
+
 def run_requests(fn: Callable[[], int]) -> int:
     """``fn()``'s exit code; a refusal or a server that does not answer is its ``error:`` lines, Ctrl-C 130."""
     try:

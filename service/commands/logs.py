@@ -7,12 +7,11 @@ import sys
 
 from service.commands.exits import EXIT_OK
 from service.commands.http_client import Api
-from service.commands.http_command import JOB_ID_HELP, http_parser, run_requests
+from service.commands.http_command import job_parser, run_requests
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = http_parser("logs", "A job process's log (its output and Ray's).")
-    p.add_argument("job_id", help=JOB_ID_HELP)
+    p = job_parser("logs", "A job process's log (its output and Ray's).")
     p.add_argument("--attempt", type=int, help="default: the latest")
     p.add_argument("--tail-bytes", type=int)
     return p
@@ -32,6 +31,3 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from service.commands.exits import EXIT_OK
 from service.commands.follow import follow_job
 from service.commands.http_client import Api
-from service.commands.http_command import JOB_ID_HELP, http_parser, print_state, run_requests
+from service.commands.http_command import job_parser, print_state, run_requests
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = http_parser("retry", "Queue a FAILED or CANCELLED job again; it resumes where it stopped.")
-    p.add_argument("job_id", help=JOB_ID_HELP)
+    p = job_parser("retry", "Queue a FAILED or CANCELLED job again; it resumes where it stopped.")
     p.add_argument("--follow", action="store_true")
     return p
 
@@ -30,6 +28,3 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -89,6 +89,3 @@ def run_spec(spec: Any, verbose: bool = False, ray_start_timeout_s: float | None
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

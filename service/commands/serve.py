@@ -8,7 +8,6 @@ Exit 2 for settings that cannot be used, 1 when the server could not start (the 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from service.commands.exits import error
@@ -97,6 +96,3 @@ def _settings(args: argparse.Namespace) -> Any:
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from service.commands.exits import EXIT_OK, error
 from service.commands.follow import follow_job
@@ -44,6 +43,3 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
