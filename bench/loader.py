@@ -22,9 +22,10 @@ import os
 import tempfile
 import time
 
+from pipeline.output.shard_set import write_shard_set
 from pipeline.shard_format import Manifest, Sample, npy_load
 from training.data import ShardLoader, collate
-from training.synthetic import random_packed, serve_directory, write_shard_set
+from training.synthetic import SYNTHETIC, random_packed, serve_directory
 
 GOAL = 5_000_000
 
@@ -84,7 +85,7 @@ def main() -> None:
             data = Path(tmp) / "shards"
             write_shard_set(data, random_packed(args.samples, args.seq_len, 32000, seed=0, min_doc=50,
                                                 max_doc=args.seq_len), seq_len=args.seq_len,
-                            vocab_size=32000, samples_per_shard=256)
+                            vocab_size=32000, samples_per_shard=256, **SYNTHETIC)
         m = Manifest.load(data)
         print(f"shard set: {len(m.shards)} shards, {m.total_samples} samples, {m.total_tokens / 1e6:.1f}M tokens, "
               f"seq_len {m.seq_len}, {sum(s.bytes for s in m.shards) / 2**20:.0f} MiB")

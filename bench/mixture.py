@@ -26,11 +26,13 @@ import time
 import numpy as np
 import yaml
 
+from pipeline.mixture_source import mixture_samples
+from pipeline.output.shard_set import write_shard_set
 from pipeline.shard_format import MANIFEST, Manifest
 from service.commands import mix
 from training.data import ShardLoader
-from training.mixture_data import MixtureLoader, mixture_samples
-from training.synthetic import random_packed, write_shard_set
+from training.mixture_data import MixtureLoader
+from training.synthetic import SYNTHETIC, random_packed
 
 GOAL_RATIO, GOAL_SHARE_ERROR, WINDOW = 0.9, 0.01, 1000
 SOURCES = {"web": 0.6, "code": 0.25, "books": 0.15}
@@ -44,7 +46,7 @@ def build(root: Path, samples: int, seq_len: int, per_shard: int) -> tuple[Path,
     for seed, (name, weight) in enumerate(SOURCES.items()):
         n = round(samples * weight / per_shard) * per_shard  # whole shards: the combined set has one partial
         write_shard_set(root / name, random_packed(n, seq_len, 32000, seed=seed, min_doc=50, max_doc=seq_len),
-                        seq_len=seq_len, vocab_size=32000, samples_per_shard=per_shard)
+                        seq_len=seq_len, vocab_size=32000, samples_per_shard=per_shard, **SYNTHETIC)
         for s in Manifest.load(root / name).shards:
             renamed = f"shards/{name}-{Path(s.name).name}"
             os.link(root / name / s.name, combined / renamed)

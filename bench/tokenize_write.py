@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from bench.common import default_paths, read_texts  # noqa: E402
-from pipeline.output.shard_writer import ShardSetWriter  # noqa: E402
+from pipeline.output.shard_set import ShardSetWriter  # noqa: E402
 from pipeline.packing import BestFitPacker  # noqa: E402
 from pipeline.shard_format import token_dtype  # noqa: E402
 from pipeline.spec import TokenizerSpec  # noqa: E402

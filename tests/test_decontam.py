@@ -235,7 +235,7 @@ def test_report_on_a_jsonl_corpus(tmp_path, capsys):
 
 
 def test_report_on_a_shard_set_decodes_documents(tmp_path, capsys):
-    from pipeline.output.shard_writer import ShardSetWriter, write_manifest
+    from pipeline.output.shard_set import ShardSetWriter, write_manifest
     from pipeline.packing import BestFitPacker
     from pipeline.shard_format import TOKENIZER, Manifest, token_dtype
     from pipeline.spec import TokenizerSpec

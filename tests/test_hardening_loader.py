@@ -1,4 +1,5 @@
-"""Issue 9, the loader half: cases 9-12 (training/data.py, training/shard_reader.py, `tokenmill inspect`)
+"""Issue 9, the loader half: cases 9-12 (training/data.py, pipeline/shard_source.py, pipeline/shard_reader.py,
+`tokenmill inspect`)
 and the fuzz test of the manifest parser and the shard reader.
 
 - case 9: credentials never cross to another origin on a redirect; errors name the URL actually fetched;
@@ -32,6 +33,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipeline.output.shard_set import write_shard_set
 from pipeline.shard_format import (
     MAX_MANIFEST_BYTES,
     Manifest,
@@ -41,9 +43,10 @@ from pipeline.shard_format import (
     iter_tar_samples,
     sha256_bytes,
 )
-from training.data import LoaderError, ShardLoader, ShardSource, collate_flat, decode_shard
-from training.shard_reader import read_shard_samples
-from training.synthetic import QuietHandler, random_packed, serve_directory, write_shard_set
+from pipeline.shard_reader import read_shard_samples
+from pipeline.shard_source import ShardSource, decode_shard
+from training.data import LoaderError, ShardLoader, collate_flat
+from training.synthetic import SYNTHETIC, QuietHandler, random_packed, serve_directory
 
 REPO = Path(__file__).resolve().parent.parent
 SEQ, VOCAB = 32, 300
@@ -71,7 +74,7 @@ def shardset(tmp_path_factory) -> Path:
     """11 samples in shards of 4: two full shards and a partial one."""
     out = tmp_path_factory.mktemp("set")
     write_shard_set(out, random_packed(11, SEQ, VOCAB, seed=5, max_doc=12), seq_len=SEQ, vocab_size=VOCAB,
-                    samples_per_shard=4)
+                    samples_per_shard=4, **SYNTHETIC)
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
@@ -636,7 +639,8 @@ def mutated_manifests(draw, base: dict) -> str:
 @pytest.fixture(scope="module")
 def fuzz_set(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("fuzzset")
-    write_shard_set(out, random_packed(7, 16, 50, seed=2, max_doc=6), seq_len=16, vocab_size=50, samples_per_shard=3)
+    write_shard_set(out, random_packed(7, 16, 50, seed=2, max_doc=6), seq_len=16, vocab_size=50, samples_per_shard=3,
+                    **SYNTHETIC)
     return out
 
 

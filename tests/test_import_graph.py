@@ -1,11 +1,19 @@
 """The import graph of our packages, read from the source (ast: nothing is imported or run).
 
 Every ``import`` and ``from ... import`` counts: at module level, under ``if TYPE_CHECKING``, and inside
-functions (a deferred import still ties two modules together). Data flow one way, ``service -> pipeline ->
-kernels`` and ``training -> kernels`` (``training`` reads shards through the shard contract only:
-``pipeline.shard_format``, the mixture contract ``pipeline.mixture_format`` and the storage-by-URI layer
-``pipeline.storage`` it reads them with), and
-no two modules of ``pipeline`` or ``service``, nor two subpackages of ``service``, import each other.
+functions (a deferred import still ties two modules together). The rules:
+
+- Data flow one way, ``service -> pipeline -> kernels`` and ``training -> kernels``. ``training`` reads shard sets
+  through the shard contract only (:data:`CONTRACT`: ``pipeline.shard_format``, the mixture contract
+  ``pipeline.mixture_format``, the storage-by-URI layer ``pipeline.storage``, and the reading side
+  ``pipeline.shard_source``, ``pipeline.shard_reader``, ``pipeline.mixture_source``), which imports nothing else
+  of ours. ``pipeline`` never imports ``training``, and neither does ``service``: the control plane reads a
+  shard set or a mixture through that same contract and writes one with ``pipeline.output``, never the trainer.
+- Inside ``pipeline``, the engine (``pipeline.job``) is on top: it runs the readers, stages, output and card, and
+  nothing else in ``pipeline`` imports it (an output is written and committed by ``pipeline.output``, which the
+  card uses too). A stage (``pipeline.stages``) gets documents and never imports a reader (``pipeline.readers``);
+  what both need of a document is in ``pipeline.documents``.
+- No two modules of ``pipeline`` or ``service``, nor two subpackages of ``service``, import each other.
 """
 
 from __future__ import annotations
@@ -20,16 +28,25 @@ PACKAGES = ("pipeline", "service", "kernels", "training")
 #: packages whose modules must not import each other in a circle
 ACYCLIC = ("pipeline", "service")
 #: the modules of pipeline that training may import; they import nothing of ours beyond each other
-CONTRACT = ("pipeline.shard_format", "pipeline.mixture_format", "pipeline.storage")
-#: (importer package, imported module prefix, allowed exceptions): an import against the flow of data
+CONTRACT = ("pipeline.shard_format", "pipeline.mixture_format", "pipeline.storage", "pipeline.shard_source",
+            "pipeline.shard_reader", "pipeline.mixture_source")
+#: (importer package, imported module prefix, allowed exceptions): an import against the flow of data. A module
+#: importing inside the prefix it belongs to is not one (``pipeline.job.write -> pipeline.job.tasks``).
 UPWARD = (
     ("pipeline", "service", ()),
+    ("pipeline", "training", ()),
+    # the engine runs everything else in pipeline; nothing else there reaches back into it
+    ("pipeline", "pipeline.job", ()),
+    # a stage gets documents, never a file
+    ("pipeline.stages", "pipeline.readers", ()),
     ("kernels", "pipeline", ()),
     ("kernels", "service", ()),
     ("kernels", "training", ()),
     # the loader reads what the writer wrote, by the same URIs (local, s3://...): the shard contract and storage
     ("training", "pipeline", CONTRACT),
     ("training", "service", ()),
+    # the control plane reads and writes shard sets and mixtures through pipeline, never through the trainer
+    ("service", "training", ()),
 )
 
 
@@ -198,7 +215,8 @@ def upward(graph: ImportGraph, rules: Iterable[tuple[str, str, tuple[str, ...]]]
     for a, targets in graph.edges.items():
         for b in targets:
             for src, dst, allowed in rules:
-                if _under(a, src) and _under(b, dst) and not any(_under(b, ok) for ok in allowed):
+                if (_under(a, src) and _under(b, dst) and not _under(a, dst)
+                        and not any(_under(b, ok) for ok in allowed)):
                     found.append(f"{a} -> {b}")
     return sorted(found)
 
@@ -279,6 +297,34 @@ def test_detector_on_a_synthetic_tree(tmp_path: Path) -> None:
     assert upward(graph) == ["kernels.k -> pipeline.a", "pipeline.c -> service.api.r", "training.bad -> pipeline.sub.d"]
     service = cycles(graph.collapsed(2, "service"))
     assert [k.circle for k in service] == [["service.api", "service.schedules", "service.api"]]
+
+
+def test_detector_rules_inside_pipeline_and_from_service(tmp_path: Path) -> None:
+    """The engine is imported by nothing else in pipeline (but by itself), a stage imports no reader, and
+    neither service nor pipeline imports the trainer."""
+    _write(tmp_path, {
+        "pipeline/__init__.py": "",
+        "pipeline/job/__init__.py": "",
+        "pipeline/job/engine.py": "from pipeline.job import tasks\nfrom pipeline.output import store\n",
+        "pipeline/job/tasks.py": "",
+        "pipeline/output/__init__.py": "",
+        "pipeline/output/store.py": "",
+        "pipeline/card/__init__.py": "",
+        "pipeline/card/cli.py": "from pipeline.job.engine import run\n",
+        "pipeline/readers/__init__.py": "",
+        "pipeline/readers/docs.py": "",
+        "pipeline/stages/__init__.py": "",
+        "pipeline/stages/normalize.py": "from pipeline.readers.docs import is_blank\n",
+        "pipeline/shard_source.py": "",
+        "pipeline/mix.py": "def f():\n    import training.data\n",
+        "service/__init__.py": "",
+        "service/mix.py": "from pipeline.shard_source import ShardSource\nfrom training.data import LoaderError\n",
+        "training/__init__.py": "",
+        "training/data.py": "from pipeline.shard_source import ShardSource\n",
+    })
+    assert upward(ImportGraph.read(tmp_path)) == [
+        "pipeline.card.cli -> pipeline.job.engine", "pipeline.mix -> training.data",
+        "pipeline.stages.normalize -> pipeline.readers.docs", "service.mix -> training.data"]
 
 
 def test_cycle_report_is_a_closed_path() -> None:

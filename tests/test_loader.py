@@ -12,10 +12,11 @@ import pytest
 import torch
 import webdataset as wds
 
+from pipeline.output.shard_set import write_shard_set
 from pipeline.shard_format import Manifest, Sample, encode_sample, iter_tar_samples
+from pipeline.shard_reader import read_shard_samples
 from training.data import IGNORE_INDEX, LoaderError, ShardLoader, collate
-from training.shard_reader import read_shard_samples
-from training.synthetic import random_packed, serve_directory, write_shard_set
+from training.synthetic import SYNTHETIC, random_packed, serve_directory
 
 N_SAMPLES, PER_SHARD, SEQ = 103, 10, 64  # 11 shards, the last one partial (3 samples)
 
@@ -24,7 +25,7 @@ N_SAMPLES, PER_SHARD, SEQ = 103, 10, 64  # 11 shards, the last one partial (3 sa
 def shardset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("shards")
     write_shard_set(out, random_packed(N_SAMPLES, SEQ, 300, seed=1, max_doc=40), seq_len=SEQ, vocab_size=300,
-                    samples_per_shard=PER_SHARD)
+                    samples_per_shard=PER_SHARD, **SYNTHETIC)
     return out
 
 
@@ -205,7 +206,7 @@ def test_fast_shard_reader_matches_the_contract_decoder(shardset, tmp_path):
         _same(read_shard_samples(data), list(iter_tar_samples(io.BytesIO(data))))
     masked = tmp_path / "masked"
     m = write_shard_set(masked, random_packed(12, 64, 70000, seed=2, with_mask=True), seq_len=64,
-                        vocab_size=70000, samples_per_shard=12)  # uint32 tokens and loss masks
+                        vocab_size=70000, samples_per_shard=12, **SYNTHETIC)  # uint32 tokens and loss masks
     data = (masked / m.shards[0].name).read_bytes()
     fast = read_shard_samples(data)
     _same(fast, list(iter_tar_samples(io.BytesIO(data))))

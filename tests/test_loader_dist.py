@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from training.synthetic import random_packed, write_shard_set
+from pipeline.output.shard_set import write_shard_set
+from training.synthetic import SYNTHETIC, random_packed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,7 +60,7 @@ def test_uneven_shards_two_ranks_two_workers_end_together(tmp_path):
     data = tmp_path / "shards"
     # 6 shards of 9 + a partial shard of 5 = 59 samples: uneven over ranks, workers and batches
     write_shard_set(data, random_packed(59, 32, 200, seed=5, max_doc=20), seq_len=32, vocab_size=200,
-                    samples_per_shard=9)
+                    samples_per_shard=9, **SYNTHETIC)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     out = tmp_path / "result.json"

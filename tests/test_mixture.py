@@ -15,12 +15,14 @@ import yaml
 
 from pipeline.mixture_format import Mixture, MixtureFormatError, Schedule
 from pipeline.mixture_plan import plan_mixture
+from pipeline.mixture_source import mixture_samples
 from pipeline.mixture_spec import parse_mixture_spec
+from pipeline.output.shard_set import write_shard_set
 from pipeline.problems import SpecError
 from service.commands import mix
 from training.data import LoaderError, ShardLoader
-from training.mixture_data import MixtureLoader, mixture_samples
-from training.synthetic import random_packed, serve_directory, write_shard_set
+from training.mixture_data import MixtureLoader
+from training.synthetic import SYNTHETIC, random_packed, serve_directory
 
 SEQ, VOCAB = 32, 200
 SETS = {"web": (2400, 64), "code": (900, 50), "books": (150, 40)}  # name: (samples, samples per shard)
@@ -29,7 +31,7 @@ WEIGHTS = {"web": 0.7, "code": 0.2, "books": 0.1}
 
 def _write(folder: Path, n: int, per_shard: int, seed: int, tokenizer: str = "tok-a", fill: float = 0.95) -> Path:
     write_shard_set(folder, random_packed(n, SEQ, VOCAB, seed=seed, max_doc=12, fill=fill), seq_len=SEQ,
-                    vocab_size=VOCAB, samples_per_shard=per_shard, tokenizer_hash=tokenizer)
+                    vocab_size=VOCAB, samples_per_shard=per_shard, **{**SYNTHETIC, "tokenizer_hash": tokenizer})
     return folder
 
 

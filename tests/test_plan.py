@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pipeline.output.shard_set import write_shard_set
 from training.plan import (
     activation_memory,
     chinchilla_from_compute,
@@ -15,7 +16,7 @@ from training.plan import (
     make_plan,
     state_memory,
 )
-from training.synthetic import random_packed, write_shard_set
+from training.synthetic import SYNTHETIC, random_packed
 
 
 def test_chinchilla():
@@ -61,7 +62,8 @@ def test_cli_json_and_shard_set(tmp_path, capsys):
     assert out["params"] == pytest.approx(3.16227766e9)
     # ZeRO-2 over 16: (2 + 14 / 16) bytes per parameter
     assert out["memory_per_gpu_gib"]["total"] == pytest.approx(3.16227766e9 * (2 + 14 / 16) / 2**30)
-    m = write_shard_set(tmp_path, random_packed(10, 64, 300), seq_len=64, vocab_size=300, samples_per_shard=4)
+    m = write_shard_set(tmp_path, random_packed(10, 64, 300), seq_len=64, vocab_size=300, samples_per_shard=4,
+                        **SYNTHETIC)
     assert main(["--data", str(tmp_path), "--preset", "tiny", "--vocab", "300"]) == 0
     text = capsys.readouterr().out
     record = json.loads(text.strip().splitlines()[-1])["plan"]

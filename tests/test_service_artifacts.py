@@ -32,14 +32,16 @@ from fastapi.testclient import TestClient
 
 from pipeline.dedup.exact_config import HASH_NAME
 from pipeline.dedup.index import index_dir, write_meta
+from pipeline.output.shard_set import write_shard_set
 from pipeline.shard_format import Manifest
+from pipeline.shard_source import ShardSource
 from service.api.app import create_app
 from service.settings import Settings
 from service.store import repo
 from service.store.models import JobState, utcnow
 from tests.test_loader_dist import torchrun
-from training.data import LoaderError, ShardLoader, ShardSource
-from training.synthetic import random_packed, write_shard_set
+from training.data import LoaderError, ShardLoader
+from training.synthetic import SYNTHETIC, random_packed
 
 SEQ, VOCAB, PER_SHARD = 64, 256, 8
 
@@ -48,7 +50,7 @@ def publish_output(folder: Path, *, n: int = 40, seed: int = 0) -> Manifest:
     """A shard set laid out as a job's commit leaves it: manifest, shards, tokenizer, stats, a dedup index,
     a rejected file, and ``.tokenmill/marker.json`` listing what was published."""
     manifest = write_shard_set(folder, random_packed(n, SEQ, VOCAB, seed=seed), seq_len=SEQ, vocab_size=VOCAB,
-                               samples_per_shard=PER_SHARD)
+                               samples_per_shard=PER_SHARD, **SYNTHETIC)
     (folder / "tokenizer.json").write_text('{"model": "synthetic"}')
     (folder / "stats.json").write_text('{"stages": []}')
     (folder / "rejected" / "03-pii").mkdir(parents=True)

@@ -23,6 +23,9 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipeline.mixture_source import is_mixture, read_mixture
+from pipeline.shard_source import ShardSource
+
 GIB = 2**30
 TOKENS_PER_PARAM = 20.0
 
@@ -203,9 +206,6 @@ def _arch(args: argparse.Namespace) -> tuple[dict[str, int] | None, float | None
 
 def _data_tokens(location: str) -> tuple[float, list[dict[str, Any]]]:
     """Non-padding tokens of a shard set or mixture, and a mixture's sources (tokens, samples, epochs)."""
-    from training.data import ShardSource  # imports torch: planning without --data needs none
-    from training.mixture_data import is_mixture, read_mixture
-
     if not is_mixture(location):
         return float(ShardSource(location).manifest().total_tokens), []
     mixture = read_mixture(location)[0]

@@ -360,7 +360,7 @@ def _one_line(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     last = lines[-1]
-    for prefix in ("training.data.LoaderError: ", "LoaderError: "):
+    for prefix in ("pipeline.shard_source.ShardReadError: ", "ShardReadError: "):
         if last.startswith(prefix):
             return last[len(prefix):]
     return last if len(lines) > 1 and "Traceback" in str(exc) else lines[0]

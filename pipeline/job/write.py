@@ -11,7 +11,7 @@ Two kinds of task, both fixed by the spec and the data alone:
 
 So shards keep equal sample counts (only the last is partial) and the shard contract and the loader stay
 as they were; the driver handles only counts and file names. On the driver, :class:`ShardPlan` knows
-which shards are due and :class:`_ShardSetWriter` keeps ``parallelism`` tasks running, shards first as
+which shards are due and :class:`_ShardSetTasks` keeps ``parallelism`` tasks running, shards first as
 they come due, recording each finished range and shard at once (what a rerun keeps). With
 ``output.split_by`` each group is a shard set of its own, packed as a whole corpus would be.
 """
@@ -48,9 +48,9 @@ from pipeline.job.records import (
 from pipeline.job.state import RANGES, SHARDS, JsonlLog, read_jsonl
 from pipeline.job.tasks import PhaseContext
 from pipeline.output.curated import Part, read_rows, sorted_parts, worker_name
-from pipeline.output.shard_writer import write_shard
+from pipeline.output.shard_set import ShardSetWriter
 from pipeline.packing import PackedSequence, make_packer
-from pipeline.shard_format import ShardInfo, encode_sample, token_dtype
+from pipeline.shard_format import ShardInfo, token_dtype
 from pipeline.tokenize import DocEncoder, TokenizerInfo
 
 #: seconds between two progress events
@@ -93,7 +93,7 @@ def run(ctx: PhaseContext, curated: CurateResult, tok: TokenizerRecord) -> list[
                      ctx.spec.output.samples_per_shard, curated.input_starts)
     results, before = [], 0
     for group in curated.groups:
-        results.append(_ShardSetWriter(ctx, group, tok_json, info, cfg, before, curated.docs, idle).run())
+        results.append(_ShardSetTasks(ctx, group, tok_json, info, cfg, before, curated.docs, idle).run())
         before += group.docs
     return results
 
@@ -123,7 +123,6 @@ class DueShard:
 
     index: int
     slices: list[tuple[int, int, int]]
-    partial: bool
 
 
 class ShardPlan:
@@ -161,12 +160,13 @@ class ShardPlan:
         for s in list(range(n_full)) + ([n_full] if final and self.prefix_samples % spp else []):
             if s not in self.started:
                 self.started.add(s)
-                self.due.append(DueShard(s, shard_slices(s, spp, counts), final and s == n_full))
+                self.due.append(DueShard(s, shard_slices(s, spp, counts)))
 
 
-class _ShardSetWriter:
-    """Pack and write one shard set: the documents of ``group`` into its stage folder; ranges and shards
-    are recorded under its work folder as they finish."""
+class _ShardSetTasks:
+    """Pack and write one shard set on Ray workers: the documents of ``group`` into its stage folder (each shard by
+    :class:`~pipeline.output.shard_set.ShardSetWriter`, in :func:`write_shard_task`); ranges and shards are
+    recorded under its work folder as they finish."""
 
     def __init__(self, ctx: PhaseContext, group: GroupRecord, tok_json: str, info: TokenizerInfo, cfg: PackConfig,
                  done_before: int, total_docs: int, idle: IdleClock):
@@ -219,7 +219,7 @@ class _ShardSetWriter:
                 if plan.due:
                     s = plan.due.popleft()
                     submitted[("shard", s.index)] = time.time()
-                    tasks.submit(write.remote(s.index, s.slices, self.ranges_dir, self.cfg, self.stage, s.partial))
+                    tasks.submit(write.remote(s.index, s.slices, self.ranges_dir, self.cfg, self.stage))
                 else:
                     r = todo.pop(0)
                     submitted[("range", r)] = time.time()
@@ -391,13 +391,14 @@ def _write_range(seqs: list[PackedSequence], path: str) -> bool:
     return any(a[2] is not None for a in arrays)
 
 
-def write_shard_task(s: int, slices: list[tuple[int, int, int]], ranges_dir: str, cfg: PackConfig, out_dir: str,
-                     partial: bool) -> ShardRecord:
-    """Write shard ``s`` from its range-file slices; return its manifest entry and who wrote it."""
+def write_shard_task(s: int, slices: list[tuple[int, int, int]], ranges_dir: str, cfg: PackConfig,
+                     out_dir: str) -> ShardRecord:
+    """Write shard ``s`` from its range-file slices (the one shard-set writer, started at shard ``s``: full, or the
+    last and partial); return its manifest entry and who wrote it."""
     t0, started = time.perf_counter(), time.time()
     dtype = np.dtype(cfg.dtype)
     limit = np.iinfo(dtype).max
-    samples, tokens, key = [], 0, s * cfg.samples_per_shard
+    writer = ShardSetWriter(out_dir, cfg.samples_per_shard, dtype, first_shard=s)
     for r, a, b in slices:
         path = range_file(ranges_dir, r)
         with (storage.open_input(path) if storage.is_remote(path) else pa.memory_map(path)) as src:
@@ -412,10 +413,8 @@ def write_shard_task(s: int, slices: list[tuple[int, int, int]], ranges_dir: str
             if len(ids) and int(ids.max()) > limit:
                 raise ValueError(f"token id {int(ids.max())} does not fit the shard dtype {dtype.name}")
             mask = mvals[moffs[i]:moffs[i + 1]] if valid[i] else None
-            meta = {"doc_ids": doc_ids[i], "ords": ords[i]}
-            samples.append(encode_sample(key, ids.astype(dtype), lens[i], mask, meta))
-            tokens += len(ids)
-            key += 1
-    info = write_shard(out_dir, s, samples, tokens, partial)
+            writer.add_sample(ids.astype(dtype), lens[i], mask, {"doc_ids": doc_ids[i], "ords": ords[i]})
+    writer.close()
+    (info,) = writer.shards
     return ShardRecord(index=s, shard=info, writer=worker_name(), seconds=round(time.perf_counter() - t0, 3),
                        started=started)

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 from pipeline import storage
 from pipeline.documents import Drop, ReaderDocument
+from pipeline.output.documents_reader import read_documents
 from pipeline.readers.compression import TruncatedInput, open_binary
 from pipeline.readers.docs import RECORD_BITS, drop, error_text
-from pipeline.readers.documents_output import read_documents
 from pipeline.readers.jsonl import read_jsonl
 from pipeline.readers.parquet import read_parquet
 from pipeline.readers.paths import SNIFF_BYTES, detect_format, expand_inputs, named_by, source_name
