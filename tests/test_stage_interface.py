@@ -98,6 +98,17 @@ def test_every_registered_filter_has_mode_and_forbids_unknown_params():
             assert cls.Params.model_fields["mode"].default == "filter", name
 
 
+def test_every_registered_stage_declares_the_type_of_its_params():
+    """``params: XParams`` next to ``Params = XParams``: mypy then checks each read of ``self.params`` (the
+    base classes declare only ``BaseModel``). Read from the annotations, as written (nothing is resolved)."""
+    for name in REGISTRY:
+        cls = stage_class(name)
+        declared = next(k.__dict__["__annotations__"]["params"] for k in cls.__mro__
+                        if "params" in k.__dict__.get("__annotations__", {}))
+        declared = getattr(declared, "__name__", declared)  # a string under `from __future__ import annotations`
+        assert declared == cls.Params.__name__, f"{name}: params is declared {declared}, Params is {cls.Params}"
+
+
 @pytest.mark.parametrize("params, field", [({"mode": "drop"}, "stages.0.params.mode"),
                                            ({"min_chars": 1, "bogus": 2}, "stages.0.params.bogus")])
 def test_bad_filter_params_name_the_field(params, field):

@@ -12,12 +12,15 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from typing import IO, BinaryIO, Protocol
+from typing import IO, TYPE_CHECKING, BinaryIO, Protocol
 
 import zstandard
 
 from pipeline import storage
 from pipeline.error_line import error_line
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -58,16 +61,17 @@ class _Guarded(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # noqa: ANN001 (buffer protocol)
+    def readinto(self, b: WriteableBuffer) -> int:
         if self._error is not None:
             raise self._error
+        view = memoryview(b)
         try:
             # read1: one decompression step at a time, so a failure loses nothing decoded before it
-            data = self._inner.read1(len(b))
+            data = self._inner.read1(len(view))
         except DECOMPRESSION_ERRORS as exc:
             self._error = TruncatedInput(error_line(exc))
             return 0
-        b[: len(data)] = data
+        view[: len(data)] = data
         return len(data)
 
     def close(self) -> None:
@@ -95,9 +99,10 @@ class ZstdFrames(io.BufferedIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # noqa: ANN001 (buffer protocol)
-        data = self.read1(len(b))
-        b[: len(data)] = data
+    def readinto(self, b: WriteableBuffer) -> int:
+        view = memoryview(b)
+        data = self.read1(len(view))
+        view[: len(data)] = data
         return len(data)
 
     def read(self, size: int | None = -1) -> bytes:
