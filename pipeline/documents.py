@@ -107,10 +107,10 @@ def table_to_docs(table: pa.Table) -> list[Document]:
 
 def parse_meta(docs: list[ReaderDocument]) -> list[Document]:
     """Each document's ``meta`` JSON string as a dict, in place: what stages read and annotate."""
-    for d in docs:
-        raw = d["meta"]
-        cast(dict[str, Any], d)["meta"] = orjson.loads(raw) if raw else {}
-    return cast(list[Document], docs)
+    rows = cast(list[dict[str, Any]], docs)  # the same dicts: each becomes a Document here
+    for d in rows:
+        d["meta"] = orjson.loads(d["meta"]) if d["meta"] else {}
+    return cast(list[Document], rows)
 
 
 def docs_bytes(docs: Sequence[Document | ReaderDocument]) -> int:
