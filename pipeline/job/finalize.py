@@ -33,7 +33,8 @@ from pipeline.job.tasks import PhaseContext
 from pipeline.job.write import range_bounds
 from pipeline.output.curated import Part, export_documents, profile_documents, sorted_parts
 from pipeline.output.documents_meta import DOCUMENTS_INDEX_NAME, MetaPlan, json_plan, unify_meta
-from pipeline.shard_format import MANIFEST, STATS, TOKENIZER, Manifest, token_dtype
+from pipeline.output.shard_set import write_manifest
+from pipeline.shard_format import STATS, TOKENIZER, Manifest, token_dtype
 from pipeline.spec import JobSpec
 
 
@@ -104,7 +105,7 @@ def _stage_manifests(ctx: PhaseContext, written: list[WriteResult]) -> Manifest 
     for r in written:
         folder = group_stage_dir(ctx.stage, r.group)
         m = manifest(ctx.spec, r)
-        storage.write_text(storage.join(folder, MANIFEST), m.to_json())
+        write_manifest(folder, m)
         if r.group:
             storage.write_text(storage.join(folder, TOKENIZER), tok_text)
         manifests.append(m)
