@@ -51,18 +51,33 @@ class KeptProfile:
     languages: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, ord_: int, text: str, n_tokens: int, meta: str | None) -> None:
-        """One kept document (``meta`` as the curated parts store it: JSON text)."""
-        n_bytes = len(text.encode("utf-8"))
-        self.chars[log2_bin(len(text))] = self.chars.get(log2_bin(len(text)), 0) + 1
-        self.tokens[log2_bin(n_tokens)] = self.tokens.get(log2_bin(n_tokens), 0) + 1
+        """One kept document (``meta`` as the curated parts store it: JSON text).
+
+        It runs once per document inside the range tasks, so it allocates nothing per document once its rows exist:
+        a row made per call (``setdefault(key, dict(...))``) set off the cyclic collector over everything the task
+        holds, which cost more than the counting itself."""
+        n_chars = len(text)
+        n_bytes = n_chars if text.isascii() else len(text.encode("utf-8"))
+        chars, tokens = self.chars, self.tokens
+        k = n_chars.bit_length() - 1 if n_chars > 1 else 0
+        chars[k] = chars.get(k, 0) + 1
+        k = n_tokens.bit_length() - 1 if n_tokens > 1 else 0
+        tokens[k] = tokens.get(k, 0) + 1
         src = max(bisect_right(self.input_starts, ord_ >> 40) - 1, 0)
-        _bump(self.sources.setdefault(src, dict.fromkeys(_SOURCE_FIELDS, 0)), n_bytes, n_tokens)
+        row = self.sources.get(src)
+        if row is None:
+            row = self.sources[src] = dict.fromkeys(_SOURCE_FIELDS, 0)
+        _bump(row, n_bytes, n_tokens)
         lang = _lang_of(meta)
         if lang is None:
             return
-        if lang not in self.languages and len(self.languages) >= MAX_LANGUAGES:
-            lang = "other"
-        row = self.languages.setdefault(lang, dict.fromkeys(_LANG_FIELDS, 0))
+        row = self.languages.get(lang)
+        if row is None:
+            if len(self.languages) >= MAX_LANGUAGES:
+                lang = "other"
+            row = self.languages.get(lang)
+            if row is None:
+                row = self.languages[lang] = dict.fromkeys(_LANG_FIELDS, 0)
         _bump(row, n_bytes, n_tokens)
         if ord_ % SAMPLE_EVERY == 0:
             row["sample_docs"] += 1
