@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pipeline import storage
 from pipeline.card import figures
-from pipeline.card.collect import CARD, CARD_DIR, SPEC, CardData, collect
+from pipeline.card.collect import CARD, CARD_DIR, SPEC, CardData, TokenCounter, collect
 from pipeline.card.compare import compare_section, history_rows
 from pipeline.card.markdown import render
 
@@ -45,9 +45,11 @@ def card_figures(d: CardData, history: list[tuple[str, CardData]]) -> dict[str, 
     return out
 
 
-def write_card(folder: str, compare: Sequence[str] = (), spec_json: dict[str, object] | None = None) -> list[str]:
+def write_card(folder: str, compare: Sequence[str] = (), spec_json: dict[str, object] | None = None,
+               count_tokens: TokenCounter | None = None) -> list[str]:
     """Write ``CARD.md`` and ``card/*`` into ``folder`` (``spec_json``: the job's spec, written as ``card/spec.yaml``
-    first); returns the names written, relative to ``folder``."""
+    first); returns the names written, relative to ``folder``. ``count_tokens``: how this output's dropped sample is
+    tokenized (:func:`pipeline.card.collect.collect`)."""
     import yaml
 
     from pipeline.card.collect import spec_for_card
@@ -57,7 +59,7 @@ def write_card(folder: str, compare: Sequence[str] = (), spec_json: dict[str, ob
         text = yaml.safe_dump(spec_for_card(dict(spec_json)), sort_keys=False, allow_unicode=True)
         storage.write_text(storage.join(folder, CARD_DIR, SPEC), text)
         names.append(f"{CARD_DIR}/{SPEC}")
-    d = collect(folder)
+    d = collect(folder, count_tokens)
     # an earlier output that is gone (a version folder removed by hand) is left out, not a reason for no card
     history = [(p, collect(p)) for p in compare if storage.exists(storage.join(p, "stats.json"))]
     figs = card_figures(d, history)

@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,9 @@ SPEC = "spec.yaml"
 #: rejected records read per stage for the dropped documents' lengths
 SAMPLE_PER_STAGE = 500
 SAMPLE_BYTES = 8 << 20
+#: tokens per text by the tokenizer given as JSON, as the job's write phase counts them (:func:`token_counts` here;
+#: a job passes one that runs on its workers)
+TokenCounter = Callable[[str, list[str]], list[int]]
 
 
 def _read_json(folder: str, name: str) -> Any:
@@ -120,9 +124,10 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def collect(folder: str) -> CardData:
+def collect(folder: str, count_tokens: TokenCounter | None = None) -> CardData:
     """Everything the card shows about the output in ``folder``; ValueError when it holds no ``stats.json`` or a
-    ``card/spec.yaml`` nested deeper than :data:`pipeline.nesting.MAX_DEPTH`."""
+    ``card/spec.yaml`` nested deeper than :data:`pipeline.nesting.MAX_DEPTH`. ``count_tokens``: how the dropped
+    sample is tokenized (default :func:`token_counts`, in this process)."""
     stats = _read_json(folder, "stats.json")
     if not isinstance(stats, dict):
         raise ValueError(f"{folder}: no stats.json (not a finished tokenmill output)")
@@ -136,10 +141,10 @@ def collect(folder: str) -> CardData:
     tokenizer = storage.read_text(tok_path) if storage.exists(tok_path) else None
     vocab = int(manifest["vocab_size"]) if isinstance(manifest, dict) and "vocab_size" in manifest else None
     return CardData(str(stats.get("job", "")), stats, manifest, _read_json(folder, "documents.json"), spec, vocab,
-                    dropped_sample(folder, tokenizer), package_versions())
+                    dropped_sample(folder, tokenizer, count_tokens), package_versions())
 
 
-def dropped_sample(folder: str, tokenizer_json: str | None) -> Dropped:
+def dropped_sample(folder: str, tokenizer_json: str | None, count_tokens: TokenCounter | None = None) -> Dropped:
     """The lengths of a bounded sample of ``rejected/``: per stage folder, its files in name order (named by batch
     key, so the same on every run), until :data:`SAMPLE_PER_STAGE` records or :data:`SAMPLE_BYTES` bytes."""
     root = storage.join(folder, "rejected")
@@ -155,12 +160,12 @@ def dropped_sample(folder: str, tokenizer_json: str | None) -> Dropped:
     for t in texts:
         out.chars[log2_bin(len(t))] += 1
     if tokenizer_json is not None and texts:
-        for n in _token_counts(tokenizer_json, texts):
+        for n in (count_tokens or token_counts)(tokenizer_json, texts):
             out.tokens[log2_bin(n)] += 1
     return out
 
 
-def _token_counts(tokenizer_json: str, texts: list[str]) -> list[int]:
+def token_counts(tokenizer_json: str, texts: list[str]) -> list[int]:
     """Tokens per text as the job's write phase counts them (special tokens' text as plain text; the same ids
     through :mod:`pipeline.fast.byte_level_bpe` where it applies, several times faster than ``tokenizers``)."""
     from tokenizers import Tokenizer  # loaded only when there is something to encode

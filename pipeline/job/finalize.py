@@ -14,6 +14,7 @@ import ray
 from ray import ObjectRef
 
 from pipeline import storage
+from pipeline.card.collect import TokenCounter
 from pipeline.card.profile import merge_profiles
 from pipeline.job import events as ev
 from pipeline.job.records import (
@@ -30,12 +31,13 @@ from pipeline.job.records import (
 )
 from pipeline.job.state import WorkState, clear
 from pipeline.job.tasks import PhaseContext
-from pipeline.job.write import range_bounds
+from pipeline.job.write import range_bounds, worker_encoder
 from pipeline.output.curated import Part, export_documents, profile_documents, sorted_parts
 from pipeline.output.documents_meta import DOCUMENTS_INDEX_NAME, MetaPlan, json_plan, unify_meta
 from pipeline.output.shard_set import write_manifest
 from pipeline.shard_format import STATS, TOKENIZER, Manifest, token_dtype
 from pipeline.spec import JobSpec
+from pipeline.tokenize import TokenizerInfo
 
 
 def run(ctx: PhaseContext, state: WorkState, curated: CurateResult, written: list[WriteResult] | None,
@@ -46,25 +48,44 @@ def run(ctx: PhaseContext, state: WorkState, curated: CurateResult, written: lis
     stats = job_stats(ctx.spec, curated, written, state, documents, ctx.par, time.perf_counter() - t_start)
     storage.write_text(storage.join(ctx.stage, STATS), json.dumps(stats.to_json(), indent=2) + "\n")
     manifest = _stage_manifests(ctx, written) if written is not None else None
-    _stage_card(ctx)
+    _stage_card(ctx, _worker_token_counts(ctx, written[0].info) if written else None)
     ctx.check_cancel()
     commit()
     clear(ctx.work)
     return stats, manifest
 
 
-def _stage_card(ctx: PhaseContext) -> None:
+def _stage_card(ctx: PhaseContext, count_tokens: TokenCounter | None = None) -> None:
     """``CARD.md`` and ``card/`` (pipeline/card), staged to be published with the rest. A card that cannot be made
     does not fail a job whose data is sound: a warning event says so, the output has no card, and
     ``tokenmill card OUT`` makes it later."""
     from pipeline.card.build import write_card  # matplotlib: only when a job finishes
 
     try:
-        write_card(ctx.stage, ctx.spec.output.card_compare, ctx.spec.model_dump(mode="json"))
+        write_card(ctx.stage, ctx.spec.output.card_compare, ctx.spec.model_dump(mode="json"), count_tokens)
     except Exception as exc:  # noqa: BLE001 - reported as an event; the shards and stats stand
         storage.rmtree(storage.join(ctx.stage, "card"))
         ctx.emit(ev.LogLine(level="warning", message=f"card: not written ({type(exc).__name__}: {exc}); "
                                                      "`tokenmill card OUT` makes it from the published output"))
+
+
+def _worker_token_counts(ctx: PhaseContext, info: TokenizerInfo) -> TokenCounter:
+    """The card's sample of dropped documents tokenized by the write phase's workers, ``parallelism`` at once: their
+    encoders' caches already hold the corpus' words, which the dropped documents mostly share, where the driver's
+    would start empty (it was most of the card's time). The same counts as the card's own (the same encoder)."""
+
+    def count(tok_json: str, texts: list[str]) -> list[int]:
+        task = ray.remote(num_cpus=1)(count_tokens)
+        tok_ref, step = ray.put(tok_json), -(-len(texts) // (2 * ctx.par))
+        parts = ctx.tasks.get_all(task.remote(tok_ref, info, texts[i:i + step]) for i in range(0, len(texts), step))
+        return [n for part in parts for n in part]
+
+    return count
+
+
+def count_tokens(tok_json: str, info: TokenizerInfo, texts: list[str]) -> list[int]:
+    """Tokens per text, as the write phase counts them, by this worker's encoder (a Ray task)."""
+    return [len(ids) for ids in worker_encoder(tok_json, info).ids(texts)]
 
 
 def _export_documents(ctx: PhaseContext, curated: CurateResult) -> DocumentsRecord:

@@ -334,7 +334,7 @@ def range_file(folder: str, r: int) -> str:
 # ---- the tasks (on the workers) ----------------------------------------------------------------------
 
 
-def _encoder(tok_json: str, info: TokenizerInfo) -> DocEncoder:
+def worker_encoder(tok_json: str, info: TokenizerInfo) -> DocEncoder:
     """One parsed tokenizer per worker process (a task reuses it across ranges)."""
     enc = _ENCODERS.get(info.sha256)
     if enc is None:
@@ -350,7 +350,7 @@ def pack_range(r: int, lo: int, hi: int, curated: str, parts: list[Part], tok_js
     """Tokenize and pack documents ``[lo, hi)``; write the range file; return its record."""
     t0, started = time.perf_counter(), time.time()
     table = read_rows(curated, parts, lo, hi, columns=["id", "ord", "text", "segments", "meta"])
-    encoder = _encoder(tok_json, info)
+    encoder = worker_encoder(tok_json, info)
     packer = make_packer(cfg.method, cfg.seq_len, cfg.max_open)
     seqs: list[PackedSequence] = []
     ids_col, ord_col = table.column("id").to_pylist(), table.column("ord").to_pylist()
