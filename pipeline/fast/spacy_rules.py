@@ -39,19 +39,8 @@ class ChunkRules:
 
     def split(self, chunk: str) -> tuple[str, ...] | None:
         """spaCy's tokens of ``chunk`` (no whitespace in it), or None where its special-case matcher could
-        change them."""
-        prefixes, string, suffixes = self._split_affixes(chunk)
-        tokens = prefixes
-        if string:
-            tokens.extend(self._attach(string))
-        tokens.extend(reversed(suffixes))
-        if len(tokens) == 1:  # the chunk itself: a special case was handled above, the matcher has no run
-            return (tokens[0],)
-        return None if self._matcher_may_change(tokens) else tuple(tokens)
-
-    def _split_affixes(self, chunk: str) -> tuple[list[str], str, list[str]]:
-        """``Tokenizer._split_affixes``: the prefixes split off ``chunk``, what is left between, and the suffixes
-        (last first). ``find_prefix`` and ``find_suffix`` are the match's length, 0 without one."""
+        change them: ``Tokenizer._split_affixes`` here (``find_prefix`` and ``find_suffix`` are the match's
+        length, 0 without one), then :meth:`_attach` on what is left between the affixes."""
         specials = self.specials
         token_match = self.token_match
         prefix_search = self.prefix_search
@@ -94,7 +83,13 @@ class ChunkRules:
             elif suf_len:
                 string = minus_suf
                 suffixes.append(suffix)
-        return prefixes, string, suffixes
+        tokens = prefixes
+        if string:
+            tokens.extend(self._attach(string))
+        tokens.extend(reversed(suffixes))
+        if len(tokens) == 1:  # the chunk itself: a special case was handled above, the matcher has no run
+            return (tokens[0],)
+        return None if self._matcher_may_change(tokens) else tuple(tokens)
 
     def _attach(self, string: str) -> list[str]:
         """``Tokenizer._attach_tokens`` on what is left between the affixes (not empty): a special case's tokens,

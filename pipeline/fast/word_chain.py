@@ -11,8 +11,8 @@ aside (None) for the others, which go to the next route:
    plain words, where the language splits affixes by spaCy's base rules.
 3. ``chunk_rules``: spaCy's affix and infix algorithm ported to Python (:mod:`pipeline.fast.spacy_rules`), for
    any chunk spaCy's special-case matcher would not change.
-4. :data:`FALLBACK`, spaCy itself, one call for every chunk of a batch the routes above stepped aside for; it
-   never steps aside. Its prefix and suffix searches are the faster equivalent ones of
+4. the **fallback**, spaCy itself (:meth:`WordChain.spacy_tokens`), one call for every chunk of a batch the routes
+   above stepped aside for; it never steps aside. Its prefix and suffix searches are the faster equivalent ones of
    :mod:`pipeline.fast.affix_search`.
 
 Before the chain, in a language written without spaces (:data:`NO_SPACE_LANGS`), each character of those
@@ -261,5 +261,3 @@ ROUTES: tuple[Route, ...] = (
     Route("chunk_rules", "a run of the chunk's tokens spells a special case that would change them (spaCy's "
           "special-case matcher: ``:)``, ``a.m.``)", _chunk_rules),
 )
-#: the last route, spaCy itself (:meth:`WordChain.spacy_tokens`), asked once per batch; it never steps aside
-FALLBACK = "spacy"

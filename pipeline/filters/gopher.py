@@ -25,15 +25,8 @@ from pydantic import Field, WithJsonSchema
 
 from kernels import word_classes
 from pipeline.documents import Doc, Drop
-from pipeline.filters.text import (
-    NO_SPACE_LANGS,
-    RuleCheck,
-    doc_lang,
-    find_duplicates,
-    splitter,
-    stop_words,
-    symbol_chars,
-)
+from pipeline.fast.word_chain import NO_SPACE_LANGS
+from pipeline.filters.text import RuleCheck, doc_lang, find_duplicates, splitter, stop_words, symbol_chars
 from pipeline.stages.base import FilterParams, FilterStage, StageContext, Verdict
 
 _BULLETS = ("•", "-")

@@ -229,7 +229,6 @@ class WordSplitter:
 
     def __init__(self, lang: str, budget: CacheBudget | None = None, memo: WordMemo | None = None):
         self.lang = lang
-        self.no_space = lang in NO_SPACE_LANGS
         #: how a chunk's tokens are found: the declared routes, spaCy last (:mod:`pipeline.fast.word_chain`)
         self.chain = WordChain(lang)
         self._punct_chars = self.chain.punct_chars
