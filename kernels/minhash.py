@@ -104,7 +104,7 @@ def _word_chars_of(cps: np.ndarray) -> np.ndarray:
 
 class _WordChars:
     """:func:`_word_chars_of` for every code point, filled in as code points are first seen: the whole
-    table costs ~0.6 s of Python per process, and a corpus uses a few thousand code points."""
+    table is a scan of every code point in Python, and a corpus uses a few thousand of them."""
 
     UNKNOWN = np.uint32(0xFFFFFFFF)  # above every code point
 

@@ -85,7 +85,7 @@ PUNCTUATION = (
 def terminal_punctuation() -> frozenset[str]:
     """The Unicode property Sentence_Terminal plus Khmer ៖ ៙ ៚: datatrove's ``TERMINAL_PUNCTUATION`` (which
     was taken from an older Unicode version; the ~16 rare characters added since then are the difference).
-    Computed on first use (a scan of all code points, ~0.3 s), not when a spec is validated."""
+    Computed on first use (a scan of all code points), not when a spec is validated."""
     every = "".join(map(chr, range(0x110000)))
     return frozenset("".join(regex.findall(r"\p{Sentence_Terminal}", every)) + "៖៙៚")
 
