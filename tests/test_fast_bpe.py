@@ -129,3 +129,15 @@ def test_chunk_boundaries_around_every_kind_of_space(tok):
     assert any(fb._BAD_SPACE(t) is not None for t in texts)  # cut by the regex
     assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
     assert len(fast._chunks) > 100
+
+
+def test_the_checked_characters_scan_decides_as_the_character_sets(tok):
+    """Texts with characters the last snapshot of checked ones lacks (new ones, a bad one, many of them over
+    hundreds of texts, so the snapshot is renewed) get the same ids and the same HF fallbacks as before the scan."""
+    tok.encode_special_tokens = True
+    rng = random.Random(3)
+    pool = [chr(c) for c in range(0xA1, 0x2FF)] + [chr(c) for c in range(0x400, 0x4FF)] + ["\u0558", "日", "👍"]
+    texts = ["".join(rng.choice(pool) + rng.choice(" \n") for _ in range(rng.randint(0, 12))) for _ in range(700)]
+    fast = FastByteLevelBPE(tok)
+    assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
+    assert fast.fallback_docs == sum("\u0558" in t for t in texts) > 0

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import re
 from array import array
+from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
@@ -130,6 +131,7 @@ class FastByteLevelBPE:
         self._ids = _PieceIds(tok.model, self._table)
         self._good: set[str] = set()  # characters checked: they split as in HF
         self._bad: set[str] = set()  # characters checked: they may not
+        self._checked_pattern(())
         self._split_ascii = re.compile(ASCII_PATTERN).findall
         self._ascii_ok = all(self._same_split(_probe(chr(c)), self._split_ascii) for c in range(128))
         self._chunks = _ChunkIds(self._ids, self._split, self._split_ascii if self._ascii_ok else None)
@@ -175,10 +177,30 @@ class FastByteLevelBPE:
             (self._good if self._same_split(_probe(c), self._split) else self._bad).add(c)
         return new.isdisjoint(self._bad)
 
+    def _checked_pattern(self, good: Iterable[str]) -> None:
+        """``self._unchecked(text)``: a match when ``text`` holds a character outside ``good`` (a snapshot of the
+        characters known to split as in HF), found by one scan in C instead of building the text's set."""
+        chars = sorted(good)
+        # no snapshot yet: every character is unchecked
+        self._unchecked = re.compile(f"[^{''.join(map(re.escape, chars))}]" if chars else r"[\s\S]").search
+        self._snapshot, self._slow_since = len(chars), 0
+
+    def _text_ok(self, text: str) -> bool:
+        """Whether every character of ``text`` splits as in HF (:meth:`_chars_ok`, asked only when the scan finds
+        a character the last snapshot did not hold; the snapshot is renewed as the checked characters grow)."""
+        if self._unchecked(text) is None:
+            return True
+        ok = self._chars_ok(set(text))
+        self._slow_since += 1
+        grown = len(self._good) - self._snapshot
+        if grown and (grown * 8 >= self._snapshot or self._slow_since >= 256):
+            self._checked_pattern(self._good)
+        return ok
+
     def _chunks_of(self, text: str) -> list[str] | None:
         """The text cut into chunks (module docstring), or None when a character of it may split otherwise
         than in HF."""
-        if not (text.isascii() and self._ascii_ok) and not self._chars_ok(set(text)):
+        if not (text.isascii() and self._ascii_ok) and not self._text_ok(text):
             return None
         return text.split(" ") if _BAD_SPACE(text) is None else _CHUNK_SPLIT(text)
 
