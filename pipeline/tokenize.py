@@ -103,6 +103,9 @@ class DocEncoder:
         # turn into that token: encode it as plain text; only the packer adds BOS/EOS.
         self.tok.encode_special_tokens = True
         self.info = info
+        # BOS/EOS as one-element arrays, made once (a document's ids are wrapped with them in one concatenate)
+        self._bos = np.array([info.bos_id], np.int32) if info.add_bos and info.bos_id is not None else None
+        self._eos = np.array([info.eos_id], np.int32) if info.add_eos and info.eos_id is not None else None
         # the same ids as encode_batch_fast, several times faster (pipeline/fast/byte_level_bpe.py); None: HF itself
         self._fast = FastByteLevelBPE(tok) if fast and FastByteLevelBPE.supports(tok) else None
 
@@ -124,13 +127,10 @@ class DocEncoder:
         return cast(list[tuple[np.ndarray, np.ndarray | None]], out)  # every place filled: plain or segments
 
     def _wrap(self, ids: np.ndarray) -> np.ndarray:
-        parts = []
-        if self.info.add_bos and self.info.bos_id is not None:
-            parts.append(np.array([self.info.bos_id], np.int32))
-        parts.append(ids)
-        if self.info.add_eos and self.info.eos_id is not None:
-            parts.append(np.array([self.info.eos_id], np.int32))
-        return np.concatenate(parts) if len(parts) > 1 else ids
+        bos, eos = self._bos, self._eos
+        if bos is None:
+            return ids if eos is None else np.concatenate((ids, eos))
+        return np.concatenate((bos, ids) if eos is None else (bos, ids, eos))
 
     def _encode_segments(self, segments: list[list]) -> tuple[np.ndarray, np.ndarray]:
         ids = self.ids([t for t, _ in segments])
