@@ -159,18 +159,13 @@ class WordChain:
         out: dict[str, Tokens] = {}
         ask: list[str] = []
         scripts: list[tuple[str, list[str]]] = []
-        splits = self._splits
         for chunk in chunks:
             if self.no_space and _NO_SPACE_CHAR.search(chunk):
                 parts = [p for p in _NO_SPACE_SPLIT.split(chunk) if p]
                 scripts.append((chunk, parts))
                 ask.extend(p for p in parts if not _NO_SPACE_CHAR.fullmatch(p) and p not in known and p not in out)
-                continue
-            for split in splits:
-                found = split(chunk)
-                if found is not None:
-                    out[chunk] = found
-                    break
+            elif (found := self.split(chunk)) is not None:
+                out[chunk] = found
             else:
                 ask.append(chunk)
         if ask:
