@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from pipeline.fast import FAST_PATHS, FastPath, Reference
+from tests.test_import_graph import ImportGraph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,6 +111,18 @@ def test_every_module_of_pipeline_fast_is_registered_once() -> None:
     registered = {p.module for p in FAST_PATHS}
     modules = {f"pipeline.fast.{f.stem}" for f in (ROOT / "pipeline" / "fast").glob("*.py") if f.stem != "__init__"}
     assert modules <= registered, f"modules of pipeline/fast not in FAST_PATHS: {sorted(modules - registered)}"
+
+
+def test_the_fast_paths_import_only_each_other_and_kernels() -> None:
+    """pipeline/fast is a layer under the stages: what must equal a library depends on no stage, job or output."""
+    graph = ImportGraph.read(ROOT)
+    def under(module: str, *packages: str) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in packages)
+
+    beyond = sorted(f"{a} -> {b}" for a, targets in graph.edges.items() if under(a, "pipeline.fast")
+                    for b in targets if not under(b, "pipeline.fast", "kernels"))
+    assert not beyond, "pipeline/fast imports more of ours:\n" + "\n".join(beyond)
+    assert "kernels.fasttext_tokens" in graph.edges["pipeline.fast.fasttext_predict"]  # the graph is read
 
 
 def test_the_guide_page_lists_every_fast_path() -> None:
