@@ -2,7 +2,7 @@
 also an ordinary shard set).
 
 Each source's manifest is read where the trainer will read it (a folder, an object-store URI, an http(s) URL:
-``training.data.ShardSource``, with its bounds, checks and API key) and pinned by its sha256; a URL that
+``pipeline.shard_source.ShardSource``, with its bounds, checks and API key) and pinned by its sha256; a URL that
 redirects (a schedule's ``versions/latest``) is pinned at the version it landed on. Exit codes as ``tokenmill
 run``: 2 for a spec or a source that cannot be used (one ``error: field: message`` line each), 1 otherwise.
 """
@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import re
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,11 @@ from pipeline import storage
 from pipeline.mixture_format import MIXTURE, Mixture
 from pipeline.mixture_plan import ResolvedSource, plan_mixture
 from pipeline.mixture_spec import MixtureSpec, load_mixture_spec
+from pipeline.output.materialize import materialize
 from pipeline.problems import SpecError
+from pipeline.shard_source import ShardReadError as LoaderError
+from pipeline.shard_source import ShardSource
 from service.commands.exits import EXIT_FAILURE, EXIT_USAGE, error
-from training.data import LoaderError, ShardSource
 
 _VERSION_URL = re.compile(r"/v1/schedules/([^/]+)/versions/([0-9]+)/artifacts$")
 _JOB_URL = re.compile(r"/v1/jobs/([^/]+)/artifacts$")
@@ -128,8 +129,6 @@ def run(args: argparse.Namespace) -> int:
         return error(f"{args.output}: {exc}", EXIT_FAILURE)
     print(text if args.json else render(mixture), flush=True)
     if args.materialize:
-        from training.mixture_materialize import materialize  # lazy: torch (1 s), only to materialize
-
         try:
             manifest = materialize(str(Path(args.output).resolve()) if not storage.is_remote(args.output)
                                    else args.output, args.materialize, bearer_token=args.api_key)
@@ -143,6 +142,3 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     return run(build_parser().parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
