@@ -78,6 +78,10 @@ class OutputStore(Protocol):
         """Whether tokenmill wrote this output."""
         ...
 
+    def add_published(self, names: list[str]) -> None:
+        """List ``names`` in the marker of a finished output, under its lock (``tokenmill card`` on an older one)."""
+        ...
+
 
 class Holder(TypedDict):
     """Who holds an output's lock (what a second run is told)."""
