@@ -53,9 +53,8 @@ class KeptProfile:
     def add(self, ord_: int, text: str, n_tokens: int, meta: str | None) -> None:
         """One kept document (``meta`` as the curated parts store it: JSON text).
 
-        It runs once per document inside the range tasks, so it allocates nothing per document once its rows exist:
-        a row made per call (``setdefault(key, dict(...))``) set off the cyclic collector over everything the task
-        holds, which cost more than the counting itself."""
+        It runs once per document inside the range tasks: no row is built per call once the rows exist (a
+        ``setdefault`` with a fresh row built one each time), and an ASCII text's bytes are its characters."""
         n_chars = len(text)
         n_bytes = n_chars if text.isascii() else len(text.encode("utf-8"))
         chars, tokens = self.chars, self.tokens
