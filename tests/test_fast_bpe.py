@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer, normalizers
 
+from kernels import space_chunks
 from pipeline.fast.byte_level_bpe import FastByteLevelBPE
 from pipeline.spec import TokenizerSpec
 from pipeline.tokenize import DocEncoder, TokenizerInfo, special_tokens, train_bpe
@@ -113,22 +115,38 @@ def test_a_full_cache_keeps_its_newer_half(tok, texts, monkeypatch):
     assert len(fast._ids) <= 50 and len(fast._chunks) <= 40
 
 
-def test_chunk_boundaries_around_every_kind_of_space(tok):
+def test_chunk_boundaries_around_every_kind_of_space(tok, monkeypatch):
     """Texts cut into chunks at spaces: random mixes of spaces, other whitespace (some that Python and
     Oniguruma disagree on), letters, digits, punctuation and contractions, both ways of cutting
     (``str.split`` and the regex for texts with a space before whitespace or at the end)."""
-    import pipeline.fast.byte_level_bpe as fb
-
     tok.encode_special_tokens = True
-    fast = FastByteLevelBPE(tok)
+    texts = _spaced_texts()
+    assert any(space_chunks._BAD_SPACE(t) is None and " " in t for t in texts)  # cut by str.split
+    assert any(space_chunks._BAD_SPACE(t) is not None for t in texts)  # cut by the regex
+    for cut in (space_chunks.space_chunks, space_chunks.space_chunks_py):
+        monkeypatch.setattr("pipeline.fast.byte_level_bpe.space_chunks", cut)
+        fast = FastByteLevelBPE(tok)
+        assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
+        assert len(fast._chunks) > 100
+
+
+def _spaced_texts() -> list[str]:
     rng = random.Random(11)
-    atoms = [" ", " ", " ", "  ", "\n", "\t", "\r\n", "\u00a0", "\u3000", "\x1c", "\x85", "a", "word", "Zz", "7",
-             "42", ".", ",", "--", "'", "'s", "'ll", "é", "日本", "👍", "\u200b"]
-    texts = ["".join(rng.choice(atoms) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
-    assert any(fb._BAD_SPACE(t) is None and " " in t for t in texts)  # cut by str.split
-    assert any(fb._BAD_SPACE(t) is not None for t in texts)  # cut by the regex
-    assert [g.tolist() for g in fast.encode_batch(texts)] == _hf(tok, texts)
-    assert len(fast._chunks) > 100
+    atoms = [" ", " ", " ", "  ", "\n", "\t", "\r\n", "\u00a0", "\u3000", "\x1c", "\x85", "\u2028", "a", "word", "Zz",
+             "7", "42", ".", ",", "--", "'", "'s", "'ll", "é", "日本", "👍", "\u200b", "\U0001d400"]
+    return ["".join(rng.choice(atoms) for _ in range(rng.randint(0, 30))) for _ in range(3000)] + ["", " ", "  x "]
+
+
+def test_the_chunk_cut_in_c_equals_the_regex():
+    """The C cut (kernels/text_native.c) against its Python twin, ``re.split(r" (?=\\S)", text)``, on every kind of
+    space and width of character (1, 2 and 4 bytes a character, a lone surrogate)."""
+    if not space_chunks.native():
+        pytest.skip("the C extension is not built")
+    texts = _spaced_texts() + ["a \ud800 b\ud800 ", "\ud800  \ud800"]
+    assert [space_chunks.space_chunks(t) for t in texts] == [space_chunks.space_chunks_py(t) for t in texts]
+    assert [space_chunks.space_chunks(t) for t in texts] == [re.split(r" (?=\S)", t) for t in texts]
+    with pytest.raises(TypeError):
+        space_chunks.space_chunks(b"a b")  # type: ignore[arg-type]
 
 
 def test_the_checked_characters_scan_decides_as_the_character_sets(tok):

@@ -117,6 +117,15 @@ FAST_PATHS: tuple[FastPath, ...] = (
         test="tests/test_filters_heuristic.py",
     ),
     FastPath(
+        name="space_chunks",
+        module="kernels.space_chunks",
+        equals=Reference("kernels.space_chunks:space_chunks_py"),
+        fallback="kernels.space_chunks:space_chunks_py",
+        steps_aside="the C extension kernels._text_native is not built (no compiler at install time)",
+        test="tests/test_fast_bpe.py",
+        bench="bench/tokenize_write.py",
+    ),
+    FastPath(
         name="fasttext_tokens",
         module="kernels.fasttext_tokens",
         equals=Reference("kernels.fasttext_tokens:split_lines_py"),
