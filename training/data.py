@@ -37,7 +37,7 @@ import hashlib
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -70,6 +70,8 @@ class LoaderConfig:
 class SequenceSplit:
     """Which positions of an epoch's sequence of ``total`` samples each (rank, worker) reads: the split a
     shard set (:class:`EpochPlan`) and a mixture (``training.mixture_data``) share."""
+
+    manifest: Manifest  # the batches' seq_len, pad_id and vocabulary: each kind of plan sets it
 
     def __init__(self, total: int, cfg: LoaderConfig, epoch: int, rank: int, world: int,
                  what: str = "the shard set") -> None:
@@ -215,12 +217,16 @@ def collate(samples: list[Sample], seq_len: int, pad_id: int, vocab_size: int | 
     return unflatten(collate_flat(samples, seq_len, pad_id, vocab_size, keys))
 
 
-class _EpochStream(torch.utils.data.IterableDataset):
-    """One epoch of one rank, from a starting batch; each DataLoader worker produces its block."""
+PlanT = TypeVar("PlanT", bound=SequenceSplit)
 
-    def __init__(self, source: ShardSource, plan: EpochPlan, start_batch: int, prefetch: int) -> None:
+
+class _SplitStream(torch.utils.data.IterableDataset, Generic[PlanT]):
+    """One epoch of one rank, from a starting batch; each DataLoader worker produces its block of the plan's
+    positions, which :meth:`_samples` reads (a shard set's or a mixture's)."""
+
+    def __init__(self, plan: PlanT, start_batch: int, prefetch: int) -> None:
         super().__init__()
-        self.source, self.plan, self.start_batch, self.prefetch = source, plan, start_batch, prefetch
+        self.plan, self.start_batch, self.prefetch = plan, start_batch, prefetch
         self.manifest = plan.manifest  # seq_len, pad_id and vocabulary of the batches
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -270,12 +276,24 @@ class _EpochStream(torch.utils.data.IterableDataset):
         return [window[k] for k in rng.permutation(len(window))]
 
     def _samples(self, lo: int, hi: int) -> Iterator[tuple[Any, Sample]]:
-        """(tag, sample) of the epoch's positions ``[lo, hi)`` in order (the tag is the sample's key)."""
-        return read_runs(self.source, self.plan.manifest.shards, self.plan.segments(lo, hi), self.prefetch)
+        """(tag, sample) of the epoch's positions ``[lo, hi)`` in order."""
+        raise NotImplementedError
 
     def _collate(self, pending: list[tuple[Any, Sample]]) -> dict[str, Any]:
         m = self.manifest
         return collate_flat([s for _, s in pending], m.seq_len, m.pad_id, m.vocab_size, [k for k, _ in pending])
+
+
+class _EpochStream(_SplitStream[EpochPlan]):
+    """A shard set's epoch: the positions read shard by shard from ``source``."""
+
+    def __init__(self, source: ShardSource, plan: EpochPlan, start_batch: int, prefetch: int) -> None:
+        super().__init__(plan, start_batch, prefetch)
+        self.source = source
+
+    def _samples(self, lo: int, hi: int) -> Iterator[tuple[Any, Sample]]:
+        """(key, sample) of the epoch's positions ``[lo, hi)`` in order."""
+        return read_runs(self.source, self.plan.manifest.shards, self.plan.segments(lo, hi), self.prefetch)
 
 
 # ----------------------------------------------------------------------------------------- loader

@@ -21,7 +21,7 @@ from training.data import (
     LoaderConfig,
     SequenceSplit,
     ShardLoader,
-    _EpochStream,
+    _SplitStream,
     collate_flat,
     loader_config,
 )
@@ -38,9 +38,9 @@ class MixturePlan(SequenceSplit):
         super().__init__(total, cfg, epoch, rank, world, what="the mixture")
 
 
-class _MixtureStream(_EpochStream):
+class _MixtureStream(_SplitStream[MixturePlan]):
     def __init__(self, loader: MixtureLoader, plan: MixturePlan, start_batch: int) -> None:
-        super().__init__(loader.sources[0], plan, start_batch, loader.prefetch)  # type: ignore[arg-type]
+        super().__init__(plan, start_batch, loader.prefetch)
         self.sources, self.manifests = loader.sources, loader.manifests
         self.mixture, self.schedule = loader.mixture, loader.schedule
 
