@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
+
+from service.commands.exits import EXIT_PIPE_CLOSED
 
 #: every command: name -> (its module, with ``main(argv) -> int``; the help line ``tokenmill -h`` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -68,9 +71,21 @@ def command_main(name: str) -> Callable[[list[str]], int]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
-        return command_main(argv[0])(argv[1:])
+        try:
+            return command_main(argv[0])(argv[1:])
+        except BrokenPipeError:
+            return _pipe_closed()
     build_parser().parse_args(argv)  # -h, --version, no command or an unknown one: argparse says so and exits
     return 2
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as a Unix tool does. stdout goes to /dev/null so
+    that the interpreter's last flush at exit does not fail again on the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE_CLOSED
 
 
 if __name__ == "__main__":

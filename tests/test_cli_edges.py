@@ -307,3 +307,24 @@ def test_a_fields_problem_names_its_yaml_line(tmp_path):
     # a missing field is shown at the line of the mapping it is missing from
     assert str(err.value).splitlines() == ["packing.seq_len (line 5): Input should be greater than 0",
                                            "output.path (line 6): Field required"]
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """``tokenmill inspect OUT | head``: stdout's reader is gone before the command writes; the command stops with a
+    shell's SIGPIPE code (141) and no traceback, neither its own nor the interpreter's at exit."""
+    from pipeline.output.shard_set import write_shard_set
+    from training.synthetic import SYNTHETIC, random_packed
+
+    out = tmp_path / "set"
+    write_shard_set(out, random_packed(30, 64, 500), seq_len=64, vocab_size=500, samples_per_shard=10, **SYNTHETIC)
+    read, write = os.pipe()
+    os.close(read)  # the reader has already gone: the first write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "service.cli", "inspect", str(out)], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert _run_cli("inspect", str(out)).stdout.count("OK") >= 1  # with a reader, it prints as before
