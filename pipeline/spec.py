@@ -10,6 +10,7 @@ index to dedup against) live in :mod:`pipeline.preflight`.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -56,6 +57,13 @@ class InputSpec(Strict):
 ModelType = type[BaseModel]
 
 
+def _unknown_stage(name: str) -> str:
+    """The problem of a stage type nobody registered, with the closest known one when a typo is likely."""
+    close = difflib.get_close_matches(name, REGISTRY, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown stage {name!r} ({hint}known: {', '.join(sorted(REGISTRY))})"
+
+
 class StageSpec(Strict):
     type: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -66,9 +74,8 @@ class StageSpec(Strict):
     def _check_params(self) -> StageSpec:
         """``params`` against the stage's own ``Params`` model, each error at its field below ``params``."""
         if self.type not in REGISTRY:
-            raise validation_error(type(self).__name__, [Problem(
-                ("type",), f"unknown stage {self.type!r} (known: {', '.join(sorted(REGISTRY))})", "unknown_stage")],
-                self.type)
+            problem = Problem(("type",), _unknown_stage(self.type), "unknown_stage")
+            raise validation_error(type(self).__name__, [problem], self.type)
         try:
             self._params = stage_class(self.type).Params.model_validate(self.params)
         except ValidationError as exc:

@@ -249,3 +249,17 @@ def test_a_problem_formats_as_field_colon_message_and_as_a_422_item():
     assert str(err) == "benchmarks: no file matches 'x'"
     assert err.problem(("stages", 2, "params"), "preflight") == Problem(
         ("stages", 2, "params", "benchmarks"), "no file matches 'x'", NO_MATCH)
+
+
+def test_an_unknown_stage_names_the_closest_known_one():
+    """A typo gets the stage it most likely meant; a name like none of them gets only the list."""
+    def problem(stage: str) -> str:
+        with pytest.raises(SpecError) as info:
+            parse_spec({"name": "x", "inputs": [{"path": "a.jsonl"}], "stages": [{"type": stage}],
+                        "output": {"path": "out"}})
+        [p] = [p for p in info.value.problems if p.loc == ("stages", 0, "type")]
+        return p.msg
+
+    assert problem("exact_dedupe").startswith("unknown stage 'exact_dedupe' (did you mean 'exact_dedup'? known: c4, ")
+    assert problem("gopher_qualty").startswith("unknown stage 'gopher_qualty' (did you mean 'gopher_quality'? ")
+    assert problem("zzz").startswith("unknown stage 'zzz' (known: c4, ")
