@@ -402,6 +402,15 @@ fail:
     return NULL;
 }
 
+/* out.append(text[start:end]); -1 with the error set when that fails */
+static int append_slice(PyObject *out, PyObject *text, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *piece = PyUnicode_Substring(text, start, end);
+    if (!piece) return -1;
+    int rc = PyList_Append(out, piece);
+    Py_DECREF(piece);
+    return rc;
+}
+
 static PyObject *space_chunks(PyObject *self, PyObject *arg) {
     if (!PyUnicode_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "space_chunks: the text must be a str");
@@ -414,23 +423,14 @@ static PyObject *space_chunks(PyObject *self, PyObject *arg) {
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i + 1 < n; i++) {
         if (PyUnicode_READ(kind, data, i) != ' ' || Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i + 1))) continue;
-        PyObject *piece = PyUnicode_Substring(arg, start, i);
-        if (!piece || PyList_Append(out, piece) < 0) {
-            Py_XDECREF(piece);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(piece);
+        if (append_slice(out, arg, start, i) < 0) goto fail;
         start = i + 1;
     }
-    PyObject *last = PyUnicode_Substring(arg, start, n);
-    if (!last || PyList_Append(out, last) < 0) {
-        Py_XDECREF(last);
-        Py_DECREF(out);
-        return NULL;
-    }
-    Py_DECREF(last);
+    if (append_slice(out, arg, start, n) < 0) goto fail;
     return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {

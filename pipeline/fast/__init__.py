@@ -46,6 +46,8 @@ class FastPath:
 
 
 SPACY = "spacy"
+#: when a C kernel steps aside for its Python twin
+NO_C_EXTENSION = "the C extension kernels._text_native is not built (no compiler at install time)"
 SPACY_PIN = ">=3.8,<3.9"
 
 #: every fast path of the product
@@ -113,7 +115,7 @@ FAST_PATHS: tuple[FastPath, ...] = (
         module="kernels.text_chunks",
         equals=Reference("kernels.text_chunks:split_texts_py"),
         fallback="kernels.text_chunks:split_texts_py",
-        steps_aside="the C extension kernels._text_native is not built (no compiler at install time)",
+        steps_aside=NO_C_EXTENSION,
         test="tests/test_filters_heuristic.py",
     ),
     FastPath(
@@ -121,7 +123,7 @@ FAST_PATHS: tuple[FastPath, ...] = (
         module="kernels.space_chunks",
         equals=Reference("kernels.space_chunks:space_chunks_py"),
         fallback="kernels.space_chunks:space_chunks_py",
-        steps_aside="the C extension kernels._text_native is not built (no compiler at install time)",
+        steps_aside=NO_C_EXTENSION,
         test="tests/test_fast_bpe.py",
         bench="bench/tokenize_write.py",
     ),
@@ -130,7 +132,7 @@ FAST_PATHS: tuple[FastPath, ...] = (
         module="kernels.fasttext_tokens",
         equals=Reference("kernels.fasttext_tokens:split_lines_py"),
         fallback="kernels.fasttext_tokens:split_lines_py",
-        steps_aside="the C extension kernels._text_native is not built (no compiler at install time)",
+        steps_aside=NO_C_EXTENSION,
         test="tests/test_lid.py",
         bench="bench/fast_paths.py",
     ),
