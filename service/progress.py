@@ -5,11 +5,12 @@ the control plane shows too, plus a rate window per phase; fed only by events, s
 from event timestamps and can be tested without a clock or Ray):
 
 - :class:`LiveRenderer`, on a terminal: a `rich <https://rich.readthedocs.io>`_ Live display with a row
-  for Ray while it starts, one row per phase (bar, count, rate, ETA or elapsed), the stage funnel (documents
-  out of each stage) and the shards written with their tokens/s;
+  for Ray while it starts, one row per phase (bar, count, rate, ETA or elapsed), one row per curation stage
+  (its bar: documents it has taken of those the stage before passed on) and the shards written with their
+  tokens/s. Curate's bar is the documents done (through the last stage, or dropped on the way) of those read;
 - :class:`PlainRenderer`, everywhere else (CI, pipes, tests): ``[tokenmill] ...`` lines, Ray's start
-  (``starting Ray (local, 2 CPUs)``, ``Ray ready in 4.1 s``), phase start and finish, progress at most every
-  ``every`` seconds per phase, one line per shard, warnings on stderr;
+  (``starting Ray (local, 2 CPUs)``, ``Ray ready in 4.1 s``), phase start and finish, and at most one progress
+  line every ``every`` seconds (event time) with the rate since the phase started, warnings on stderr;
   never an escape code.
 """
 
@@ -39,6 +40,8 @@ PREFIX = "[tokenmill]"
 RATE_WINDOW = 20.0
 #: words after a phase's count in a progress line
 _VERB = {"curate": "read"}
+#: the readers' key in stage counters (pipeline.job.graph.READ_KEY; that module imports Ray)
+_READ_KEY = "00-read"
 
 
 # ---- formatting ---------------------------------------------------------------------------------------
@@ -155,19 +158,74 @@ class JobView:
         self.phases = {p: PhaseView(p, self.summary) for p in ev.PHASES}
         self.now = 0.0
         self.cancelling = False
+        #: the curation stages' keys in spec order (``job_started`` says; else those that have reported)
+        self.stage_keys: tuple[str, ...] = ()
 
     def apply(self, event: ev.Event) -> None:
         with self.lock:
             self.now = max(self.now, event.ts)
             self.summary.apply(event)
+            if isinstance(event, ev.JobStarted):
+                self.stage_keys = event.stages
             if isinstance(event, ev.PhaseProgress) and event.phase in self.phases:
                 self.phases[event.phase].samples.append((event.ts, event.done))
 
     def funnel(self) -> list[tuple[str, int]]:
-        """(stage, documents out) in stage order: read, then each curation stage."""
+        """(stage, documents out) in stage order: read, then each curation stage (0 before it reports)."""
         with self.lock:
-            return [(_stage_label(k), _count(v.get("docs_out"))) for k, v in sorted(self.summary.stages.items())
-                    if not k.startswith("90-")]
+            read = _count((self.summary.stages.get(_READ_KEY) or {}).get("docs_out"))
+            return [("read", read), *((stage, kept) for stage, _, _, kept in self.stage_rows())]
+
+    def stage_rows(self) -> list[tuple[str, int, int, int]]:
+        """(stage, documents taken, documents the stage before passed on, documents kept) per curation stage in
+        spec order, a stage that has not reported yet included (0 taken)."""
+        with self.lock:
+            stages = self.summary.stages
+            keys = self.stage_keys or tuple(sorted(k for k in stages if k != _READ_KEY and not k.startswith("90-")))
+            upstream = _count((stages.get(_READ_KEY) or {}).get("docs_out"))
+            rows = []
+            for key in keys:
+                counts = stages.get(key) or {}
+                docs_in, docs_out = _count(counts.get("docs_in")), _count(counts.get("docs_out"))
+                rows.append((_stage_label(key), docs_in, upstream, docs_out))
+                upstream = docs_out
+            return rows
+
+    def curate_work(self) -> tuple[int, int] | None:
+        """(documents done, documents read) in curate: a document is done once the last stage has taken it or
+        a stage before dropped it (the documents read less those waiting before a stage). None before the
+        readers have reported."""
+        with self.lock:
+            read = self.summary.stages.get(_READ_KEY)
+            if read is None:
+                return None
+            n_read = _count(read.get("docs_out"))
+            waiting = sum(max(0, upstream - taken) for _, taken, upstream, _ in self.stage_rows())
+            return max(0, n_read - waiting), n_read
+
+    def curate_rate(self) -> float | None:
+        """Documents done per second since curate started (by event time); None before a second has passed."""
+        with self.lock:
+            work, started = self.curate_work(), self.phases["curate"].started
+            if work is None or started is None:
+                return None
+            elapsed = self.phases["curate"].elapsed(self.now)
+            return work[0] / elapsed if elapsed > 0 else None
+
+    def curate_text(self) -> str:
+        """``12,000 docs read, 9,000 done (75%), 1.5k docs/s``: done is through every stage (or dropped)."""
+        with self.lock:
+            work = self.curate_work()
+            if work is None:
+                return self.progress_text("curate")
+            done, n_read = work
+            parts = [f"{fmt_count(n_read)} docs read"]
+            if self.stage_rows():
+                parts.append(f"{fmt_count(done)} done" + (f" ({done / n_read:.0%})" if n_read else ""))
+            rate = self.curate_rate()
+            if rate is not None and done:
+                parts.append(f"{fmt_rate(rate)} docs/s")
+            return ", ".join(parts)
 
     def tokens_per_s(self) -> float | None:
         """Tokens of newly written shards per second of the write phase so far."""
@@ -225,6 +283,8 @@ class JobView:
                 funnel = self.funnel()
                 if funnel:
                     text += f", {fmt_count(funnel[0][1])} docs read, {fmt_count(funnel[-1][1])} kept"
+                    if ph.seconds:
+                        text += f", {fmt_rate(funnel[0][1] / ph.seconds)} docs/s"
             elif phase == "write":
                 text += f", {self.write_text()}"
             return text
@@ -234,13 +294,15 @@ class JobView:
 
 
 class PlainRenderer:
-    """``[tokenmill] ...`` lines: for logs, pipes and CI. Progress lines are throttled by event time."""
+    """``[tokenmill] ...`` lines: for logs, pipes and CI. Progress lines are throttled by event time (a replayed
+    job, ``submit --follow``, prints what a live one would have), at most one every ``every`` seconds."""
 
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None, every: float = 5.0) -> None:
         self._out, self._err = out, err
         self.every = every
         self.view = JobView()
-        self._last: dict[str, float] = {}
+        #: event time of the last progress line, or of the last phase's start
+        self._last: float | None = None
 
     # context manager for symmetry with LiveRenderer
     def __enter__(self) -> PlainRenderer:
@@ -277,30 +339,34 @@ class PlainRenderer:
             return lines
         if isinstance(event, ev.PhaseChanged):
             if event.state == "started":
-                self._last[event.phase] = event.ts
+                self._last = event.ts
                 return [(out, f"{event.phase}: started")]
             if event.state == "skipped":
                 return [(out, f"{event.phase}: skipped (done by an earlier run)")]
             return [(out, f"{event.phase}: {v.finished_text(event.phase)}")]
-        if isinstance(event, ev.PhaseProgress):
-            last = self._last.get(event.phase)
-            if last is not None and event.ts - last < self.every:
-                return []
-            self._last[event.phase] = event.ts
-            line = f"{event.phase}: {v.progress_text(event.phase)}"
-            if event.phase == "curate" and v.summary.stages:
-                line += f"; {v.funnel_text()}"
-            elif event.phase == "write":
-                line += f"; {v.write_text()}"
-            return [(out, line)]
-        if isinstance(event, ev.ShardWritten):
-            how = "kept from an earlier run" if event.reused else "written"
-            return [(out, f"shard {event.name} {how} ({fmt_count(event.samples)} samples)")]
+        if isinstance(event, ev.PhaseProgress | ev.StageCounters | ev.ShardWritten):
+            return self._progress()
         if isinstance(event, ev.LogLine):
             if event.level == "info":
                 return [(out, event.message)]
             return [(self.err, f"{event.level}: {event.message}")]
         return []  # counters feed the view; the CLI reports the end (summary table) and failures itself
+
+    def _progress(self) -> list[tuple[TextIO, str]]:
+        """The running phase's progress line, unless one was printed less than ``every`` seconds ago."""
+        v = self.view
+        phase = v.summary.phase
+        if phase not in v.phases or (self._last is not None and v.now - self._last < self.every):
+            return []
+        self._last = v.now
+        if phase == "curate":
+            line = f"curate: {v.curate_text()}" + (f"; {v.funnel_text()}" if v.summary.stages else "")
+        elif phase == "write":
+            head = f"{v.progress_text(phase)}; " if v.phases[phase].samples else ""
+            line = f"write: {head}{v.write_text()}"
+        else:
+            line = f"{phase}: {v.progress_text(phase)}"
+        return [(self.out, line)]
 
     def cancelling(self) -> None:
         """Called from a signal handler: one write, no locks (the main thread may hold them)."""
@@ -360,24 +426,37 @@ class LiveRenderer:
                 if ph.state == "pending":
                     grid.add_row(Text(name, style="dim"), "", Text("waiting", style="dim"))
                     continue
-                if ph.state in ("finished", "skipped"):
-                    bar = ProgressBar(total=1, completed=1, width=30)
-                    status = ("skipped (done by an earlier run)" if ph.state == "skipped"
-                              else v.finished_text(name))
-                else:
-                    running_total = ph.progress.total or None
-                    bar = ProgressBar(total=running_total, completed=ph.progress.done, width=30,
-                                      pulse=running_total is None)
-                    status = v.progress_text(name) if ph.samples else ""
-                    status = ", ".join(s for s in (status, f"{fmt_duration(ph.elapsed(now))} elapsed") if s)
-                    if name == "write":
-                        status += f"; {v.write_text()}"
-                grid.add_row(Text(name, style="bold"), bar, Text(status))
-            if v.summary.stages:
+                grid.add_row(Text(name, style="bold"), *self._phase_row(name, now))
+                if name == "curate" and ph.state == "started":
+                    for stage, taken, offered, kept in v.stage_rows():
+                        grid.add_row(Text(f"  {stage}"), ProgressBar(total=offered or None, completed=taken, width=30,
+                                                                      pulse=not offered),
+                                     Text(f"{fmt_count(taken)} in, {fmt_count(kept)} kept"))
+            if v.summary.stages and v.phases["curate"].state != "started":
                 grid.add_row("stages", "", Text(v.funnel_text(), overflow="fold"))
             if v.cancelling:
                 grid.add_row(Text("cancel", style="bold red"), "", Text("cancelling (Ctrl-C again to stop at once)"))
         return grid
+
+    def _phase_row(self, name: str, now: float) -> tuple[ProgressBar, Text]:
+        """A started, finished or skipped phase's bar and status. Curate's bar: documents done of those read."""
+        v = self.view
+        ph = v.phases[name]
+        if ph.state in ("finished", "skipped"):
+            status = "skipped (done by an earlier run)" if ph.state == "skipped" else v.finished_text(name)
+            return ProgressBar(total=1, completed=1, width=30), Text(status)
+        work = v.curate_work() if name == "curate" else None
+        if work is not None:
+            bar = ProgressBar(total=work[1] or None, completed=work[0], width=30, pulse=not work[1])
+            status = v.curate_text()
+        else:
+            running_total = ph.progress.total or None
+            bar = ProgressBar(total=running_total, completed=ph.progress.done, width=30, pulse=running_total is None)
+            status = v.progress_text(name) if ph.samples else ""
+        status = ", ".join(s for s in (status, f"{fmt_duration(ph.elapsed(now))} elapsed") if s)
+        if name == "write":
+            status += f"; {v.write_text()}"
+        return bar, Text(status)
 
 
 def make_renderer(verbose: bool = False, stream: TextIO | None = None) -> PlainRenderer | LiveRenderer:

@@ -89,47 +89,94 @@ def test_nothing_done_shows_no_rate_and_all_done_no_eta():
 # ---- plain lines ---------------------------------------------------------------------------------------
 
 
-def test_plain_lines_phases_throttled_progress_funnel_and_shards():
-    events = _job([
+def _stages(read: int, normalize: tuple[int, int] | None = None, dedup: tuple[int, int] | None = None, ts: float = 0
+            ) -> ev.StageCounters:
+    """Counters as the stats actor sends them: a stage that has not reported yet is missing."""
+    stages: dict[str, dict[str, object]] = {"00-read": {"docs_in": read, "docs_out": read}}
+    for key, counts in (("01-normalize", normalize), ("02-exact_dedup", dedup)):
+        if counts is not None:
+            stages[key] = {"docs_in": counts[0], "docs_out": counts[1]}
+    return ev.StageCounters(stages=stages, ts=ts)
+
+
+def _curate_job(*after: ev.Event) -> list[ev.Event]:
+    """A job whose stages are normalize then exact_dedup; the readers are done at +6 while the stages work on."""
+    return [
+        ev.JobStarted(job="j", spec_hash="h", output="/o", parallelism=2, stages=("01-normalize", "02-exact_dedup"),
+                      ts=T0),
         ev.PhaseChanged(phase="curate", state="started", ts=T0 + 1),
-        _counters(3000, 2900),
-        ev.PhaseProgress(phase="curate", done=3000, total=None, unit="docs", ts=T0 + 2),  # < 5 s: throttled
+        _stages(3000, ts=T0 + 2),  # < 5 s after the start: throttled
+        ev.PhaseProgress(phase="curate", done=3000, total=None, unit="docs", ts=T0 + 2),
+        _stages(12_000, (12_000, 12_000), ts=T0 + 6),
         ev.PhaseProgress(phase="curate", done=12_000, total=None, unit="docs", ts=T0 + 6),
-        ev.PhaseProgress(phase="curate", done=13_000, total=None, unit="docs", ts=T0 + 7),  # throttled
-        ev.PhaseChanged(phase="curate", state="finished", seconds=8.0, ts=T0 + 9),
-        ev.PhaseChanged(phase="tokenizer", state="skipped", seconds=3.0, ts=T0 + 9),
-        ev.PhaseChanged(phase="write", state="started", ts=T0 + 10),
+        _stages(12_000, (12_000, 12_000), (6000, 5800), ts=T0 + 8),  # throttled
+        ev.PhaseProgress(phase="curate", done=12_000, total=None, unit="docs", ts=T0 + 8),
+        _stages(12_000, (12_000, 12_000), (12_000, 11_600), ts=T0 + 11),
+        ev.PhaseProgress(phase="curate", done=12_000, total=None, unit="docs", ts=T0 + 11),
+        *after,
+    ]
+
+
+def test_plain_lines_one_every_few_seconds_with_the_rate_since_the_start_and_no_line_per_shard():
+    events = _curate_job(
+        ev.PhaseChanged(phase="curate", state="finished", seconds=11.0, ts=T0 + 12),
+        ev.PhaseChanged(phase="tokenizer", state="skipped", seconds=3.0, ts=T0 + 12),
+        ev.PhaseChanged(phase="write", state="started", ts=T0 + 13),
         ev.ShardWritten(name="shards/shard-000000.tar", sha256="a", samples=1024, tokens=1_000_000, writer="h:1",
-                        reused=True, ts=T0 + 10),
+                        reused=True, ts=T0 + 13),
         ev.ShardWritten(name="shards/shard-000003.tar", sha256="b", samples=1024, tokens=500_000, writer="h:2",
-                        ts=T0 + 12),
-        ev.PhaseProgress(phase="write", done=3, total=10, unit="ranges", ts=T0 + 12),
+                        ts=T0 + 15),
+        ev.PhaseProgress(phase="write", done=3, total=10, unit="ranges", ts=T0 + 15),
         ev.ShardWritten(name="shards/shard-000004.tar", sha256="c", samples=1024, tokens=500_000, writer="h:3",
-                        ts=T0 + 14),
-        ev.PhaseProgress(phase="write", done=5, total=10, unit="ranges", ts=T0 + 16),
-        ev.LogLine(level="warning", message="input x.jsonl: 3 bad lines", ts=T0 + 16),
-        ev.PhaseChanged(phase="write", state="finished", seconds=6.0, ts=T0 + 16),
-    ])
+                        ts=T0 + 17),  # 4 s after the phase's start: throttled
+        ev.PhaseProgress(phase="write", done=5, total=10, unit="ranges", ts=T0 + 19),
+        ev.LogLine(level="warning", message="input x.jsonl: 3 bad lines", ts=T0 + 19),
+        ev.PhaseChanged(phase="write", state="finished", seconds=6.0, ts=T0 + 19),
+    )
     out, err = _render(events)
     assert all(line.startswith("[tokenmill] ") for line in out + err)
     out = [line.removeprefix("[tokenmill] ") for line in out]
     assert out == [
         "job j: 2 worker(s), output /o",
         "curate: started",
-        # (12,000 - 3,000) docs in the 4 s between the two reports
-        "curate: 12,000 docs read, 2.2k docs/s; read 3,000 > normalize 3,000 > exact_dedup 2,900",
-        "curate: done in 8.0s, 3,000 docs read, 2,900 kept",
+        # read, normalized, none through exact_dedup yet: nothing is done, and no "0.0 docs/s"
+        "curate: 12,000 docs read, 0 done (0%); read 12,000 > normalize 12,000 > exact_dedup 0",
+        # the readers finished long ago; 12,000 done in the 10 s since the start
+        "curate: 12,000 docs read, 12,000 done (100%), 1.2k docs/s; "
+        "read 12,000 > normalize 12,000 > exact_dedup 11,600",
+        "curate: done in 11.0s, 12,000 docs read, 11,600 kept, 1.1k docs/s",
         "tokenizer: skipped (done by an earlier run)",
         "write: started",
-        "shard shards/shard-000000.tar kept from an earlier run (1,024 samples)",
-        "shard shards/shard-000003.tar written (1,024 samples)",
-        "shard shards/shard-000004.tar written (1,024 samples)",
-        # ranges: 3 at +12, 5 at +16 -> 0.5/s, 5 left -> 10 s; tokens: 1M new in 6 s of the phase
+        # ranges: 3 at +15, 5 at +19 -> 0.5/s, 5 left -> 10 s; tokens: 1M new in 6 s of the phase
         "write: 5/10 ranges (50%), 0.5 ranges/s, ETA 10s; 3 shard(s) (1 kept from an earlier run), 2.0M tokens, "
         "167k tokens/s, 3 writers",
         "write: done in 6.0s, 3 shard(s) (1 kept from an earlier run), 2.0M tokens, 167k tokens/s, 3 writers",
     ]
     assert [line.removeprefix("[tokenmill] ") for line in err] == ["warning: input x.jsonl: 3 bad lines"]
+    # the throttle is a parameter: with none, each of the 3 counter and 3 progress reports after the readers' last is
+    # a line
+    assert sum(line.startswith("[tokenmill] curate: 12,000 docs read") for line in _render(events, every=0)[0]) == 6
+
+
+def test_curate_bar_is_the_documents_done_and_each_stage_has_its_own_bar():
+    from rich.console import Console
+    from rich.progress_bar import ProgressBar
+
+    console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
+    r = LiveRenderer(console=console, clock=lambda: T0 + 6)
+    for e in _curate_job()[:6]:  # up to +6: read and normalized, exact_dedup not started
+        r(e)
+    bars = [(c.completed, c.total) for c in r.render().columns[1].cells if isinstance(c, ProgressBar)]
+    # curate, normalize (took all 12,000 read), exact_dedup (took none of the 12,000 normalize kept)
+    assert bars[:3] == [(0, 12_000), (12_000, 12_000), (0, 12_000)]
+    assert r.view.curate_work() == (0, 12_000)
+    for e in _curate_job()[6:]:
+        r(e)
+    assert r.view.curate_work() == (12_000, 12_000)
+    console.print(r.render())
+    text = console.file.getvalue()
+    assert "12,000 docs read, 12,000 done (100%), 1.2k docs/s" in text and "exact_dedup" in text
+    assert "12,000 in, 11,600 kept" in text
 
 
 def test_resumed_job_says_which_phases_were_done():

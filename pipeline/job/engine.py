@@ -102,7 +102,7 @@ class Job:
 
     def _run_locked(self) -> JobResult:
         # lazy: Ray and Ray Data (~1 s), not for `import pipeline.job.engine`; a signal meanwhile is a cancel
-        from pipeline.job import curate, finalize, summary, tasks, tokenizer, write
+        from pipeline.job import curate, finalize, graph, summary, tasks, tokenizer, write
 
         spec, t_start = self.spec, time.perf_counter()
         try:  # a rerun continues the work folder; another spec's is refused unless overwrite
@@ -119,7 +119,8 @@ class Job:
             ctx = tasks.PhaseContext(spec, str(self.out.work), str(self.out.stage), par, self._emit,
                                      self._check_cancel, ray_tasks)
             self._emit(ev.JobStarted(job=spec.name, spec_hash=state.spec_hash, output=str(self.out.path),
-                                     parallelism=par, resumed_phases=tuple(p for p in ev.PHASES if state.done(p))))
+                                     parallelism=par, resumed_phases=tuple(p for p in ev.PHASES if state.done(p)),
+                                     stages=graph.stage_keys(spec)))
             curated = self._phase("curate", state, lambda: curate.run(ctx), CurateResult.to_json,
                                   CurateResult.from_json)
             if curated.docs == 0:

@@ -81,6 +81,9 @@ class JobStarted(Event, type="job_started"):
     parallelism: int
     #: phases already finished by an earlier attempt (a resume), in order
     resumed_phases: tuple[str, ...] = ()
+    #: the curation stages' counter keys in spec order (``01-normalize``, ...): a display knows a stage that has
+    #: not reported yet, so documents still ahead of it are not counted as done
+    stages: tuple[str, ...] = ()
 
 
 class PhaseChanged(Event, type="phase"):

@@ -15,6 +15,7 @@ import ray
 from ray.data import ActorPoolStrategy, Dataset
 
 from pipeline import storage
+from pipeline.job.pools import fused_into_readers, reader_actors
 from pipeline.job.stats import StageRecorder
 from pipeline.job.udfs import READ_BATCH, BatchStageRunner, ReadFiles, StageChain, StageLink
 from pipeline.spec import InputSpec, JobSpec
@@ -30,6 +31,16 @@ InputFiles = list[tuple[int, InputSpec, str]]
 def build_graph(spec: JobSpec, files: InputFiles, stage_dir: str, par: int, recorder: Recorder) -> Dataset:
     """Read every file, then each stage in spec order; ``recorder(key)`` counts stage ``key``."""
     return _Graph(spec, files, stage_dir, par, recorder).build()
+
+
+def stage_key(index: int, stage_type: str) -> str:
+    """Stage ``index`` (from 1, spec order)'s key in counters, ``stats.json`` and ``rejected/``: ``01-normalize``."""
+    return f"{index:02d}-{stage_class(stage_type).name}"
+
+
+def stage_keys(spec: JobSpec) -> tuple[str, ...]:
+    """Every curation stage's key, in spec order (what ``job_started`` tells a display to expect)."""
+    return tuple(stage_key(i, s.type) for i, s in enumerate(spec.stages, start=1))
 
 
 @dataclass
@@ -56,7 +67,7 @@ class _Graph:
             params = self.spec.stage_params(i - 1)
             ctx = StageContext(self.spec.name, self.stage_dir, i, storage.join(self.stage_dir, "index"),
                                self.spec.execution.seed)
-            key = f"{i:02d}-{cls.name}"
+            key = stage_key(i, stage_spec.type)
             if isinstance(cls, type) and issubclass(cls, DatasetStage):
                 ds = cls(params, ctx).apply(self.flush(ds), self.recorder(key))
                 if cls.reorders:
@@ -88,13 +99,12 @@ class _Graph:
         # the batch stages right after the readers run in the readers' workers when there are files enough to keep
         # every worker busy and they need nothing but one CPU (ReadFiles: one pool, no Arrow round trip)
         resources = self.chain_resources or {}
-        fuse = (bool(self.chain) and len(self.files) >= 2 * self.par and set(resources) <= {"num_cpus"}
-                and resources.get("num_cpus", 1) == 1)
+        fuse = fused_into_readers(bool(self.chain), resources, len(self.files), self.par)
         ds = ds.map_batches(
             ReadFiles, fn_constructor_args=(self.recorder(READ_KEY), self.chain if fuse else None,
                                             self.spec.execution.batch_size if fuse else READ_BATCH),
             batch_size=1, batch_format="pyarrow",
-            compute=ActorPoolStrategy(size=min(self.par, max(1, len(self.files)))),
+            compute=ActorPoolStrategy(size=reader_actors(self.par, len(self.files))),
         )
         self.readers_added = True
         if fuse:
