@@ -76,13 +76,22 @@ class JobLog:
             f.write(f"{stamp} [tokenmill] {line}\n")
 
 
+def dropped_text(stage: dict[str, Any]) -> str:
+    """A stage's drops per reason, then what an annotate-mode stage would have dropped (its ``would_drop:``
+    counters, nothing dropped): ``too_short=3; would-drop: lid:language=5``, or ``-``."""
+    dropped = ", ".join(f"{k}={v}" for k, v in (stage.get("dropped") or {}).items())
+    would = ", ".join(f"{k.removeprefix('would_drop:')}={v}" for k, v in (stage.get("counters") or {}).items()
+                      if k.startswith("would_drop:"))
+    return "; ".join(t for t in (dropped, f"would-drop: {would}" if would else "") if t) or "-"
+
+
 def format_summary(stats: dict[str, Any], output_dir: str | Path) -> str:
     """Per-stage counts, packing, output and throughput; a documents-only job (no ``packing``) has no
     packing or token lines."""
     lines = [f"job {stats['job']}: done in {stats['seconds']['total']:.1f}s (parallelism {stats['parallelism']})", ""]
     lines.append(f"{'stage':<24}{'docs in':>10}{'docs out':>10}{'MB in':>9}{'sec':>8}  dropped")
     for s in stats["stages"]:
-        dropped = ", ".join(f"{k}={v}" for k, v in s["dropped"].items()) or "-"
+        dropped = dropped_text(s)
         mb = (s["bytes_in"] or s["bytes_out"]) / 1e6
         lines.append(f"{s['stage']:<24}{s['docs_in']:>10}{s['docs_out']:>10}{mb:>9.2f}{s['seconds']:>8.1f}  {dropped}")
     o, t = stats["output"], stats["throughput"]
