@@ -262,6 +262,7 @@ def test_submit_and_follow_to_success_with_the_jobs_figures(service, reference):
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert follow.returncode == 0, follow.stderr
     assert f"job {job_id}: SUCCEEDED" in follow.stderr
+    assert "docs in" in follow.stdout and "written to" in follow.stdout  # the summary `tokenmill run` prints
     status = subprocess.run([sys.executable, "-m", "service.cli", "status", job_id, "--server", svc.url],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout, status.stderr

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline import storage
 from pipeline.job import events as ev
 
 
@@ -117,5 +118,6 @@ def format_summary(stats: dict[str, Any], output_dir: str | Path) -> str:
     first = next(iter(stats.get("groups") or {}), None)
     target = Path(output_dir) / first if first else output_dir
     hint = f"  (inspect: tokenmill inspect {target} --decode 2)" if p else ""
-    lines.append(f"written to  {Path(output_dir).resolve()}{hint}")
+    where = output_dir if storage.is_remote(output_dir) else Path(output_dir).resolve()
+    lines.append(f"written to  {where}{hint}")
     return "\n".join(lines)

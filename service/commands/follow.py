@@ -1,5 +1,6 @@
-"""``tokenmill follow JOB``: follow a job's events to its end (the same display as ``tokenmill run``); exits
-with its outcome: 0 SUCCEEDED, 130 CANCELLED, 2 FAILED for a bad spec or input, 1 else."""
+"""``tokenmill follow JOB``: follow a job's events to its end (the same display as ``tokenmill run``, and the same
+summary table once it has SUCCEEDED, from the output's ``stats.json``); exits with its outcome: 0 SUCCEEDED,
+130 CANCELLED, 2 FAILED for a bad spec or input, 1 else."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import httpx
 
 from pipeline.job import events as ev
 from service.commands.exits import EXIT_CANCELLED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from service.commands.http_client import Api
+from service.commands.http_client import Api, ClientError
 from service.commands.http_command import job_parser, run_requests
 
 #: seconds between reconnections after the stream broke (the server restarting)
@@ -54,10 +55,27 @@ def follow_job(api: Api, job_id: str, verbose: bool = False) -> int:
             if final is None:  # the server ended the stream without a final state: ask again
                 time.sleep(RECONNECT_S)
     if final["state"] == "SUCCEEDED":
+        print_summary(api, job_id)
         return EXIT_OK
     if final["state"] == "CANCELLED":
         return EXIT_CANCELLED
     return EXIT_USAGE if final.get("category") in ("validation", "input") else EXIT_FAILURE
+
+
+def print_summary(api: Api, job_id: str) -> None:
+    """What ``tokenmill run`` prints at the end (:func:`pipeline.job.summary.format_summary`), from the job's
+    output folder and its published ``stats.json``; a note on stderr when the server cannot serve it (a later
+    job replaced the output), since the job itself succeeded."""
+    from pipeline.job.summary import format_summary
+    from service.progress import PREFIX
+
+    try:
+        output = api.request("GET", f"/v1/jobs/{job_id}").json()["output_path"]
+        stats = api.request("GET", f"/v1/jobs/{job_id}/artifacts/stats.json").json()
+    except ClientError as exc:
+        print(f"{PREFIX} no summary: {exc}", file=sys.stderr, flush=True)
+        return
+    print(format_summary(stats, output), flush=True)
 
 
 def main(argv: list[str]) -> int:
