@@ -8,10 +8,12 @@ Every check (the schema, a stage's parameters, the files a spec names, the servi
 
 from __future__ import annotations
 
+import difflib
+import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dc_field
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -30,6 +32,8 @@ SPEC = "spec"
 #: ``kind`` of a stage parameter's rule that compares it with another of the stage's params (near_dedup's bands x
 #: rows <= num_perm): the only rules of a stage's ``params`` the API's OpenAPI schema does not state
 ACROSS_PARAMS = "params_across"
+#: pydantic's ``kind`` of a key a model does not have (``extra="forbid"``)
+UNKNOWN_KEY = "extra_forbidden"
 #: ``kind`` of a spec file that cannot be read or parsed: its message starts with the file's name (and, for a
 #: syntax error, ``:LINE:COL``), which stands in for the field
 SPEC_FILE = "spec_file"
@@ -122,9 +126,51 @@ def from_pydantic(err: Any) -> Problem:
     return Problem(loc, str(err.get("msg", "")), kind)
 
 
-def problems_of(exc: ValidationError) -> list[Problem]:
-    """Every error of ``exc`` as a :class:`Problem`."""
-    return [from_pydantic(err) for err in exc.errors()]
+def problems_of(exc: ValidationError, model: type[BaseModel] | None = None) -> list[Problem]:
+    """Every error of ``exc`` as a :class:`Problem`; with the ``model`` that was validated, an unknown key names
+    the closest key the model has at that place (:func:`unknown_key`) instead of pydantic's "Extra inputs are not
+    permitted"."""
+    problems = [from_pydantic(err) for err in exc.errors()]
+    if model is None:
+        return problems
+    return [unknown_key(p, model) if p.kind == UNKNOWN_KEY else p for p in problems]
+
+
+def unknown_key(problem: Problem, model: type[BaseModel]) -> Problem:
+    """``problem`` (an unknown key at its ``loc`` below ``model``) saying which key was likely meant
+    (``unknown key; did you mean 'min_words'?``), or which keys there are when none is close; as it was when
+    the place is no model's (a mapping of any keys, a stage's ``params`` seen from the spec: the stage's own
+    check has said it)."""
+    found = _model_at(model, problem.loc[:-1]) if problem.loc else None
+    if found is None or not isinstance(problem.loc[-1], str):
+        return problem
+    keys = [f.alias or name for name, f in found.model_fields.items()]
+    close = difflib.get_close_matches(problem.loc[-1], keys, n=1, cutoff=0.6)
+    msg = f"unknown key; did you mean {close[0]!r}?" if close else f"unknown key (known: {', '.join(keys)})"
+    return replace(problem, msg=msg)
+
+
+def _model_at(annotation: Any, loc: Loc) -> type[BaseModel] | None:
+    """The model that ``annotation`` holds at ``loc`` (a pydantic error's path: field names, list indexes, mapping
+    keys, a union member's name), None where that is no model."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _model_at(args[0], loc)
+    if origin in (Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        named = [a for a in members if loc and getattr(a, "__name__", None) == loc[0]]
+        if named:  # pydantic names the member of a union of models it tried
+            return _model_at(named[0], loc[1:])
+        return next((m for m in (_model_at(a, loc) for a in members) if m is not None), None)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not loc:
+            return annotation
+        by_key = {f.alias or name: f for name, f in annotation.model_fields.items()}
+        field = by_key.get(loc[0]) if isinstance(loc[0], str) else None
+        return _model_at(field.annotation, loc[1:]) if field is not None else None
+    if loc and origin in (list, tuple, dict) and args:  # an item or a value: the path's next part is its index or key
+        return _model_at(args[-1] if origin is dict or len(args) == 1 or args[1] is Ellipsis else args[0], loc[1:])
+    return None
 
 
 def parse_model(model: type[M], data: Any) -> M:
@@ -135,7 +181,7 @@ def parse_model(model: type[M], data: Any) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(problems_of(exc)) from None
+        raise SpecError(problems_of(exc, model)) from None
 
 
 def across_params(msg: str) -> PydanticCustomError:

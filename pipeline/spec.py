@@ -79,7 +79,8 @@ class StageSpec(Strict):
         try:
             self._params = stage_class(self.type).Params.model_validate(self.params)
         except ValidationError as exc:
-            raise validation_error(type(self).__name__, [p.under("params") for p in problems_of(exc)],
+            problems = problems_of(exc, stage_class(self.type).Params)  # an unknown param names the closest known one
+            raise validation_error(type(self).__name__, [p.under("params") for p in problems],
                                    self.params) from None
         return self
 
