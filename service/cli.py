@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from service.commands.exits import EXIT_PIPE_CLOSED
+from service.commands.exits import EXIT_PIPE_CLOSED, EXIT_USAGE, error
 
 #: every command: name -> (its module, with ``main(argv) -> int``; the help line ``tokenmill -h`` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,8 +75,21 @@ def main(argv: list[str] | None = None) -> int:
             return command_main(argv[0])(argv[1:])
         except BrokenPipeError:
             return _pipe_closed()
+        except ModuleNotFoundError as exc:
+            return _missing_extra(argv[0], exc)
     build_parser().parse_args(argv)  # -h, --version, no command or an unknown one: argparse says so and exits
     return 2
+
+
+def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:
+    """A module of an optional extra is not installed: one line naming the extra to install (exit 2); any other
+    missing module is a bug of ours and keeps its traceback."""
+    from kernels.extras import missing_extra_message
+
+    message = missing_extra_message(f"tokenmill {command}", exc)
+    if message is None:
+        raise exc
+    return error(message, EXIT_USAGE)
 
 
 def _pipe_closed() -> int:

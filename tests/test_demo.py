@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
@@ -14,14 +15,16 @@ from pipeline.packing import pack_all
 from pipeline.shard_format import Manifest
 from pipeline.spec import TokenizerSpec
 from pipeline.tokenize import DocEncoder, TokenizerInfo
+from tests.demo_install import demo_install_env
 
 pytestmark = pytest.mark.ray
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = demo_install_env({**os.environ, "PYTHONUNBUFFERED": "1"})  # only what `make demo` installs
     proc = subprocess.run(
         [sys.executable, "-m", "service.cli", "demo", "--output", str(out), "--max-bytes", "6000000"],
         capture_output=True, text=True, timeout=600, env=env,
@@ -49,6 +52,18 @@ def test_demo_prints_the_summary(demo):
     assert m.total_tokens > 100_000 and len(m.shards) >= 2
     stats = json.loads((out / "output" / "stats.json").read_text())
     assert stats["stages"][0]["docs_out"] > 500
+
+
+def test_demo_ends_saying_where_to_look_next(demo):
+    """Issue 39: the card, ``inspect`` on the shards and the guide, as paths that exist."""
+    from pipeline.demo import GUIDE
+
+    out, stdout, _ = demo
+    tail = stdout[stdout.rindex("next:"):].splitlines()
+    card = tail[1].split()[-1]
+    assert Path(card).is_file() and Path(card).parent == out / "output", tail
+    assert tail[2].endswith(f" inspect {out / 'output'}"), tail
+    assert tail[3].split()[-1] == GUIDE and (REPO / GUIDE).is_file(), tail
 
 
 def test_best_fit_beats_concat_on_the_demo_corpus(demo):

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from kernels.attention import DocMask, select_backend
+from kernels.extras import missing_extra_message
 from pipeline.shard_format import Manifest
 from training import checkpoint as ckpt
 from training.config import ConfigError, ModelSection, OptimConfig, TrainConfig, load_config
@@ -425,6 +426,13 @@ def main(argv: list[str] | None = None) -> int:
     except (LoaderError, ConfigError, ckpt.CheckpointError) as exc:
         print(f"tokenmill train: rank {info.rank}: {_one_line(exc)}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:  # an optional extra (DeepSpeed's), under torchrun too: which one, in one line
+        message = missing_extra_message("tokenmill train", exc)
+        if message is None:
+            raise
+        if info.rank == 0:
+            print(f"error: {message}", file=sys.stderr)
+        return 2
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
