@@ -63,8 +63,7 @@ def _valid_items(model: type[BaseModel], values: Any) -> list[tuple[int, Any]]:
 
 def _file_problems(name: str, output_path: str, inputs: Iterable[tuple[int, InputSpec]],
                    stages: Iterable[tuple[int, StageSpec]], tokenizer: TokenizerSpec | None) -> list[Problem]:
-    found = [Problem(("inputs", i, "path"), f"no file matches {inp.path!r}", NO_MATCH)
-             for i, inp in inputs if not expand_inputs([inp])]
+    found = [p for i, inp in inputs for p in _input_problems(i, inp)]
     for i, stage in stages:
         cls = stage_class(stage.type)
         try:
@@ -76,6 +75,16 @@ def _file_problems(name: str, output_path: str, inputs: Iterable[tuple[int, Inpu
     if tokenizer and tokenizer.path and not storage.is_file(tokenizer.path):
         found.append(Problem(("tokenizer", "path"), f"no such file {tokenizer.path!r}", PREFLIGHT))
     return found
+
+
+def _input_problems(index: int, inp: InputSpec) -> list[Problem]:
+    """The input's problem: it matches no file, or its store cannot be asked (a remote input: one line with the
+    store's reason, not the client's traceback); none when it names files."""
+    try:
+        matched = expand_inputs([inp])
+    except storage.StorageError as exc:
+        return [Problem(("inputs", index, "path"), str(exc), PREFLIGHT)]
+    return [] if matched else [Problem(("inputs", index, "path"), f"no file matches {inp.path!r}", NO_MATCH)]
 
 
 def check_spec(spec: JobSpec) -> JobSpec:

@@ -40,6 +40,8 @@ from typing import IO, Any
 
 import pyarrow.fs as pafs
 
+from pipeline.error_line import error_line
+
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _FS_CACHE: dict[tuple[str, ...], pafs.FileSystem] = {}
 _FS_LOCK = threading.Lock()
@@ -369,7 +371,18 @@ def list_files(path: str) -> list[str]:
 def expand_remote(pattern: str) -> list[str]:
     """Files a remote input names: one object, every object below a prefix, or a glob (``*``, ``?``,
     ``[...]`` within one path segment, ``**`` across segments; names starting with ``.`` only when the
-    pattern's segment does, as for local globs). Sorted; [] when nothing matches."""
+    pattern's segment does, as for local globs). Sorted; [] when nothing matches. A store that cannot be asked
+    (no network, an endpoint that refuses, a missing repository or credential) is one :class:`StorageError` line
+    naming ``pattern`` and the store's reason, whatever the store's client raised."""
+    try:
+        return _expand_remote(pattern)
+    except StorageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each store has its own errors: pyarrow's OSError, hf://'s HTTP client's
+        raise StorageError(f"cannot list {pattern}: {error_line(exc)}") from None
+
+
+def _expand_remote(pattern: str) -> list[str]:
     base = pattern[: _scheme_end(pattern)]
     rest = pattern[len(base):]
     segs = rest.split("/")
