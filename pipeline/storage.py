@@ -40,8 +40,6 @@ from typing import IO, Any
 
 import pyarrow.fs as pafs
 
-from pipeline.error_line import error_line
-
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _FS_CACHE: dict[tuple[str, ...], pafs.FileSystem] = {}
 _FS_LOCK = threading.Lock()
@@ -379,7 +377,8 @@ def expand_remote(pattern: str) -> list[str]:
     except StorageError:
         raise
     except Exception as exc:  # noqa: BLE001 - each store has its own errors: pyarrow's OSError, hf://'s HTTP client's
-        raise StorageError(f"cannot list {pattern}: {error_line(exc)}") from None
+        first = (str(exc).splitlines() or [""])[0]  # the shard contract imports nothing of ours (pipeline.error_line)
+        raise StorageError(f"cannot list {pattern}: {type(exc).__name__}: {first}") from None
 
 
 def _expand_remote(pattern: str) -> list[str]:
