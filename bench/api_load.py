@@ -64,6 +64,7 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.common import emit_json
 from pipeline.job import events as ev
 from service.runner.summary import fold
 from service.store import repo
@@ -449,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         result["floor_p99_ms"] = round(floor.pct(0.99), 2)
     result.update(p99_ms=round(worst, 2), errors=errors, goal_p99_ms=GOAL_P99_MS, goal_met=ok,
                   load_avg_1m_before=round(load_before[0], 2), load_avg_1m_after=round(load_after[0], 2))
-    print(json.dumps(result))
+    emit_json(result)
     return 0
 
 

@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import time
 
+from bench.common import emit_json  # noqa: E402
 from pipeline.card import figures  # noqa: E402
 from pipeline.card.build import card_figures, write_card  # noqa: E402
 from pipeline.card.collect import collect  # noqa: E402
@@ -65,8 +66,8 @@ def main() -> None:
     kept = next((s["docs_out"] for s in stats["stages"] if s["stage"] == "90-tokenize"), None)
     median = statistics.median(r[2] for r in rows)
     print(f"{kept} documents kept; card in {median:.3f} s (median of {len(rows)}), goal < {GOAL_S} s")
-    print(json.dumps({"bench": "card", "card_s": round(median, 3), "max_s": round(max(r[2] for r in rows), 3),
-                      "documents": kept, "runs": len(rows), "goal_s": GOAL_S}))
+    emit_json({"bench": "card", "card_s": round(median, 3), "max_s": round(max(r[2] for r in rows), 3),
+               "documents": kept, "runs": len(rows), "goal_s": GOAL_S})
 
 
 if __name__ == "__main__":

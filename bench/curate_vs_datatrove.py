@@ -514,7 +514,8 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=5, help="differing documents to print")
     ap.add_argument("--work", type=Path, help="folder for the input and both outputs (default: a temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
-    ap.add_argument("--json", type=Path, help="also write the JSON line to this file")
+    ap.add_argument("--json", type=Path,
+                    help="write the result here instead of bench/results/curate_vs_datatrove_<machine>.json")
     args = ap.parse_args()
     args.languages = None if args.languages == "all" else [x.strip() for x in args.languages.split(",") if x.strip()]
     if args.peer:

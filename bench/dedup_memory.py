@@ -24,7 +24,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from bench.common import default_paths, read_texts  # noqa: E402
+from bench.common import default_paths, emit_json, read_texts  # noqa: E402
 from bench.minhash import windows  # noqa: E402
 
 FILES = 8
@@ -106,10 +106,10 @@ def main() -> None:
         print(f"{r['docs']:8d} {r['input_mb']:9.1f} {r['kept']:8d} {r['peak_mb']:19.1f} {r['seconds']:8.1f}")
     ratio = results[1]["peak_mb"] / results[0]["peak_mb"]
     print(f"corpus x{results[1]['input_mb'] / results[0]['input_mb']:.1f}: driver peak x{ratio:.2f}")
-    print(json.dumps({"bench": "dedup_memory", "docs": [r["docs"] for r in results],
-                      "input_mb": [r["input_mb"] for r in results],
-                      "driver_peak_mb": [r["peak_mb"] for r in results], "ratio": round(ratio, 3),
-                      "goal": "ratio <= 1.25 for a 4x corpus"}))
+    emit_json({"bench": "dedup_memory", "docs": [r["docs"] for r in results],
+               "input_mb": [r["input_mb"] for r in results],
+               "driver_peak_mb": [r["peak_mb"] for r in results], "ratio": round(ratio, 3),
+               "goal": "ratio <= 1.25 for a 4x corpus"})
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import resource
@@ -35,7 +34,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench.common import CORPORA, read_texts
+from bench.common import CORPORA, emit_json, read_texts
 from pipeline.job import events as ev
 from pipeline.job.engine import Job
 from pipeline.job.ray_env import init_ray
@@ -179,7 +178,7 @@ def main() -> None:
               f"{control['machine_scaling']:.2f}x one (tries {control['tries']}, {args.control_mb:g} MB each, "
               f"{control['solo_s']:.1f} s alone): the write phase gets "
               f"{scaling / control['machine_scaling']:.0%} of it")
-    print(json.dumps({
+    emit_json({
         "bench": "e2e", "mb": best["mb_in"], "mb_per_s": round(best["mb_in"] / best["wall_s"], 2),
         "mb_per_s_with_ray_start": round(best["mb_in"] / (best["wall_s"] + ray_start), 2),
         "ray_start_s": round(ray_start, 2), "phases_s": best["phases"],
@@ -189,7 +188,7 @@ def main() -> None:
         "driver_cpu_s_per_gb": best["driver_cpu_s_per_gb"],
         "write_phase_driver_cpu_s_per_gb": best["write_driver_cpu_s_per_gb"],
         "goal": {"mb_per_s": 3.0, "write_scaling": 1.7},
-    }))
+    })
 
 
 if __name__ == "__main__":

@@ -25,12 +25,11 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import pickle  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from bench.common import CORPORA, iter_jsonl  # noqa: E402
+from bench.common import CORPORA, emit_json, iter_jsonl  # noqa: E402
 from bench.decontam_probe import BENCH_FILES, KINDS, build_probe  # noqa: E402
 from pipeline.decontam.index import read_items  # noqa: E402
 from pipeline.decontam.ngrams import words  # noqa: E402
@@ -215,8 +214,8 @@ def main() -> None:
           f"({mb / stage_s:.2f} MB/s), peer (Python 13-gram set) "
           f"{peer_docs_per_s:,.0f} docs/s: ratio {docs_per_s / peer_docs_per_s:.2f}; index {index_s:.1f} s, peer "
           f"{peer_index_s:.1f} s")
-    print(json.dumps({
-        "bench": "decontam", "recall": round(recall, 4), "min_recall": round(min(kind_recall.values()), 4),
+    emit_json({
+        "bench": "eval_decontam", "recall": round(recall, 4), "min_recall": round(min(kind_recall.values()), 4),
         "min_bench_recall": round(min(bench_recall.values()), 4), "min_cell_recall": round(min(cells.values()), 4),
         "fpr": round(fpr, 5), "kind_recall": {k: round(v, 4) for k, v in kind_recall.items()},
         "bench_recall": {b: round(v, 4) for b, v in bench_recall.items()}, "positives": n_pos, "negatives": n_neg,
@@ -228,7 +227,7 @@ def main() -> None:
         "clean_docs": clean_docs, "clean_flag_rate": round(clean_rate, 5), "index_s": round(index_s, 2),
         "shipped_mb": round(shipped_mb, 1), "docs_per_s": round(docs_per_s), "mb_per_s": round(mb / stage_s, 2),
         "peer_docs_per_s": round(peer_docs_per_s), "ratio": round(docs_per_s / peer_docs_per_s, 2), "goal": GOAL,
-    }))
+    })
 
 
 if __name__ == "__main__":

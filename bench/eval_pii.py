@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import random
 import string
 import sys
@@ -54,7 +53,7 @@ import phonenumbers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import CORPORA, iter_jsonl, read_texts  # noqa: E402
+from bench.common import CORPORA, emit_json, iter_jsonl, read_texts  # noqa: E402
 from pipeline.pii.analyzer import (  # noqa: E402
     LANGUAGE,
     build_analyzer,
@@ -638,8 +637,8 @@ def main(argv: list[str] | None = None) -> int:
     ours_sum = summary(docs, ours, types)
     stock_sum = summary(docs, stock_preds, types)
     prose = time_prose(detector, args.prose_mb) if args.prose_mb else None
-    print(json.dumps({
-        "docs": len(docs), "corpus_docs": n_corpus, "generated_docs": len(hard),
+    emit_json({
+        "bench": "eval_pii", "docs": len(docs), "corpus_docs": n_corpus, "generated_docs": len(hard),
         **{k: ours_sum[k] for k in ("min_recall", "precision")}, "ratio": round(ratio, 2),
         "ratio_generated": round(ratios.get("generated", 0.0), 2), "ratio_all": round(same_s / ours_s, 2),
         **{k: ours_sum[k] for k in ("hard_negatives_flagged", "negative_docs_with_span")},
@@ -651,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         "presidio_own": {k: stock_sum[k] for k in ("min_recall", "precision", "hard_negatives_flagged",
                                                    "negative_docs_with_span", "recall", "precision_by_type")},
         **({"prose": prose} if prose else {}),
-    }, ensure_ascii=False))
+    })
     return 0
 
 

@@ -103,13 +103,24 @@ def bench_words(texts: list[str], n: int, langs: list[str]) -> dict:
     return out
 
 
+def figures(result: dict) -> dict:
+    """What bench/RESULTS.md shows: the LID comparison, and per language the word splitter's ratio to spaCy."""
+    out = {f"lid.{k}": v for k, v in result["lid"].items()}
+    for lang, w in result["words"].items():
+        out[f"words.{lang}.ratio"] = round(w["spacy_us"] / w["rules_us"], 2) if w["rules_us"] else None
+        out.update({f"words.{lang}.{k}": w[k] for k in ("diffs", "left_to_spacy")})
+    out.update(words_ratio=result["words_ratio"], words_diffs=result["words_diffs"])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=CORPORA)
     ap.add_argument("--docs", type=int, default=10**9, help="documents for lid (default: all)")
     ap.add_argument("--chunks", type=int, default=20_000, help="distinct chunks per language for words")
     ap.add_argument("--langs", default="en,de,ru,fr,xx")
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json", type=Path,
+                    help="write the result here instead of bench/results/fast_paths_<machine>.json")
     args = ap.parse_args()
     texts = load_texts(args.data, args.docs)
     if not texts:
@@ -124,10 +135,10 @@ def main() -> None:
               f"diffs {w['diffs']}, left to spaCy {w['left_to_spacy']:.1%}")
     rules = sum(w["rules_us"] for w in words.values())
     spacy = sum(w["spacy_us"] for w in words.values())
-    emit_json({"bench": "fast_paths", "lid": lid, "words": words, "lid_ratio": lid["ratio"],
-               "lid_label_diffs": lid["label_diffs"], "lid_decision_diffs": lid["decision_diffs"],
-               "words_ratio": round(spacy / rules, 2), "words_diffs": sum(w["diffs"] for w in words.values())},
-              args.json)
+    result = {"bench": "fast_paths", "lid": lid, "words": words, "lid_ratio": lid["ratio"],
+              "lid_label_diffs": lid["label_diffs"], "lid_decision_diffs": lid["decision_diffs"],
+              "words_ratio": round(spacy / rules, 2), "words_diffs": sum(w["diffs"] for w in words.values())}
+    emit_json(result, args.json, figures=figures(result))
 
 
 if __name__ == "__main__":

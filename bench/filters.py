@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import time
 
-from bench.common import CORPORA, REPO, iter_jsonl
+from bench.common import CORPORA, REPO, emit_json, iter_jsonl
 
 VENV = REPO / ".venv-bench"
 REQUIREMENTS = REPO / "bench" / "requirements-filters.txt"
@@ -254,7 +254,7 @@ def main() -> None:
           f"{sum(v[0] for v in c4_paper['verdicts']) / n:.1%}")
     total = sum(best_peer.values()) / sum(best_ours.values())
     print(f"all four: {total:.1f}x the documents per second of datatrove")
-    print(json.dumps({
+    emit_json({
         "bench": "filters", "docs": n, "chars": chars, "ratio": round(total, 2),
         "ratios": {k: round(v, 2) for k, v in ratios.items()},
         "docs_per_s": {k: round(n / v, 1) for k, v in best_ours.items()},
@@ -262,7 +262,7 @@ def main() -> None:
         "agree": {k: round(v["agree"], 4) for k, v in stats.items()},
         "same_reason": {k: round(v["same_reason"], 4) for k, v in stats.items()},
         "c4_same_text": round(stats["c4"]["same_text"], 4), "goal_ratio": 3, "goal_agree": 0.99,
-    }))
+    })
 
 
 def _version(python: Path) -> str:

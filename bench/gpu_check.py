@@ -10,7 +10,8 @@
    MFU = 6N + attention FLOPs per token over the device's dense bf16 peak (H100/H200:
    989 TFLOP/s); the goal is >= 40%. The measured 8192^3 bf16 matmul rate is printed beside it.
 
-Prints a table and ends with one JSON line (``--json`` also writes it to a file after every run).
+Prints a table and ends with one JSON line; the result goes to bench/results/gpu_check_<gpu>.json, or to
+``--json`` (a file or a folder), rewritten after every run.
 Runs go in the order of ``--runs`` (most wanted first); ``--budget-s`` starts no run after that
 many seconds, so a short device lease still reports the important ones. ``--device cpu --runs
 tiny:eager:2 tiny:compile:2 --seq-len 128 --steps 2`` runs the same code paths on a CPU, as a smoke
@@ -34,6 +35,7 @@ import traceback
 import numpy as np
 import torch
 
+from bench.common import emit_json, save_record
 from kernels.attention import DocMask, available_backends, doc_attention, select_backend
 from pipeline.shard_format import Sample
 from training.data import collate
@@ -247,6 +249,23 @@ def table_row(r: dict) -> str:
             f"{r['tokens_per_s']:>12,.0f}{r['tflops']:>9.1f}{mfu:>7}{r.get('mem_gb', 0):>8.1f}")
 
 
+def figures(report: dict) -> dict:
+    """What bench/RESULTS.md shows: each speed run's tokens/s and MFU (repeated runs joined by ``/``), the
+    measured matmul ceiling and the backends' largest error."""
+    runs: dict[str, list] = {}
+    for r in report.get("runs", []):
+        if "tokens_per_s" in r:
+            key = f"{r['model']} {r['mode']} mb{r['micro_batch']}"
+            runs.setdefault(f"{key} tokens_per_s", []).append(round(r["tokens_per_s"]))
+            runs.setdefault(f"{key} mfu", []).append(None if r["mfu"] is None else round(r["mfu"], 3))
+    errors = [v["max_err"] for v in report.get("backends", {}).values() if "max_err" in v]
+    out: dict = {"matmul_tflops": round(report["matmul_tflops"], 1) if report.get("matmul_tflops") else None}
+    if errors:
+        out["backends_max_err"] = float(f"{max(errors):.2g}")
+    out.update({k: v[0] if len(v) == 1 else " / ".join(map(str, v)) for k, v in runs.items()})
+    return out
+
+
 def parse_plan(items: list[str]) -> list[tuple[str, str, int]]:
     """``size:mode:micro_batch`` entries, run in the order given (most wanted first)."""
     plan = []
@@ -271,7 +290,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--budget-s", type=float, default=300, help="start no speed run after this many seconds")
-    ap.add_argument("--json", default=None, help="also write the final JSON here (rewritten after every run)")
+    ap.add_argument("--json", default=None, help="write the result here, a file or a folder (rewritten after "
+                    "every run), instead of bench/results/gpu_check_<gpu>.json")
+    ap.add_argument("--variant", help="record the result as this named variant of the file (an A/B run)")
     ap.add_argument("--skip-checks", action="store_true", help="speed runs only (no backend/compile checks)")
     args = ap.parse_args()
     plan = parse_plan(args.runs)
@@ -286,6 +307,7 @@ def main() -> None:
 
     init_distributed()  # a one-process group: FSDP2 needs one
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    gpu = name if device.type == "cuda" else None
     peak = device_peak_flops(device)
     backend = select_backend(device)
     ceiling = matmul_ceiling(device)
@@ -298,8 +320,8 @@ def main() -> None:
 
     def save() -> None:
         report["seconds"] = round(time.perf_counter() - t_start, 1)
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1))
+        if args.json:  # after every run, so a run cut short by the device's time limit still reports
+            save_record(report, Path(args.json), figures=figures(report), gpu=gpu, variant=args.variant)
 
     print(f"\n== attention backends vs fp32 reference (bf16, fwd + bwd, seq {args.seq_len}) ==", flush=True)
     backends = {} if args.skip_checks else check_backends(device, args.seq_len)
@@ -365,7 +387,8 @@ def main() -> None:
     for r in runs:
         print(table_row(r))
     save()
-    print(json.dumps(report))
+    emit_json(report, Path(args.json) if args.json else None, figures=figures(report), gpu=gpu,
+              variant=args.variant)
 
 
 if __name__ == "__main__":

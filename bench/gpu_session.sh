@@ -21,7 +21,7 @@ else
   export PYTHONPATH=$PWD
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
-[ -n "${SKIP_CHECK:-}" ] || timeout "${CHECK_S:-380}" python3 bench/gpu_check.py --budget-s "${BUDGET_S:-270}" --json "$OUT/gpu_check.json" \
+[ -n "${SKIP_CHECK:-}" ] || timeout "${CHECK_S:-380}" python3 bench/gpu_check.py --budget-s "${BUDGET_S:-270}" --json "$OUT" \
   2>&1 | tee "$OUT/gpu_check.log" | grep -v gpu_check_partial
 train() {  # SIZE OUTDIR [extra trainer args]
   local size=$1 out=$2
@@ -36,4 +36,7 @@ RUNS=$(mktemp -d)
   [ -z "${WITH_350M:-}" ] || train 350m "$RUNS/350m" --max-steps 40; } 2>&1 | tee "$OUT/train.log" | grep -v Warning
 cp "$RUNS/125m/metrics.jsonl" "$OUT/metrics_125m.jsonl" 2>/dev/null
 cp "$RUNS/350m/metrics.jsonl" "$OUT/metrics_350m.jsonl" 2>/dev/null
+# the results as bench/results/ names them (gpu_check_<gpu>.json, gpu_session_<gpu>.json): copy them there
+python3 -m bench.gpu_session "$OUT" --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+  --command "${WITH_350M:+WITH_350M=1 }bench/gpu_session.sh $*"
 true

@@ -17,11 +17,11 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
-import json
 import os
 import tempfile
 import time
 
+from bench.common import emit_json
 from pipeline.output.shard_set import write_shard_set
 from pipeline.shard_format import Manifest, Sample, npy_load
 from training.data import ShardLoader, collate
@@ -107,7 +107,7 @@ def main() -> None:
     local, http = figures[f"tokenmill_local_w{w}"], figures[f"tokenmill_http_w{w}"]
     peer = figures[f"webdataset_local_w{w}"]
     print(f"({os.cpu_count()} CPU cores; per-worker figures need a core per worker plus one for the trainer)")
-    print(json.dumps({
+    emit_json({
         "bench": "loader",
         "workers": w,
         "tokens_per_s_per_worker_local": round(local),
@@ -118,7 +118,7 @@ def main() -> None:
         "ratio": round(local / peer, 2),
         "min_tokens_per_s_per_worker": round(min(local, http)),
         "goal": GOAL,
-    }))
+    })
 
 if __name__ == "__main__":
     main()

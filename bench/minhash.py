@@ -16,14 +16,13 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from datasketch import MinHash  # noqa: E402
 
-from bench.common import default_paths, read_texts  # noqa: E402
+from bench.common import default_paths, emit_json, read_texts  # noqa: E402
 from kernels.minhash import MinHasher  # noqa: E402
 
 
@@ -109,13 +108,13 @@ def main() -> None:
     ]
     for name, value in rows:
         print(f"{name:58s} {value:10.0f} {value / best['peer']:13.1f}x")
-    print(json.dumps({
+    emit_json({
         "bench": "minhash", "docs": len(docs), "doc_chars": round(mean_chars), "num_perm": args.num_perm,
         "docs_per_s": round(best["fast"]), "peer_docs_per_s": round(best["peer"]),
         "peer_update_only_docs_per_s": round(best["peer_update_only"]),
         "sha1_docs_per_s": round(best["sha1"]), "ratio": round(ratio, 1),
         "ratio_vs_update_only": round(best["fast"] / best["peer_update_only"], 1), "goal": 10,
-    }))
+    })
 
 
 if __name__ == "__main__":

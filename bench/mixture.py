@@ -17,7 +17,6 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ import time
 import numpy as np
 import yaml
 
+from bench.common import emit_json
 from pipeline.mixture_source import mixture_samples
 from pipeline.output.shard_set import write_shard_set
 from pipeline.shard_format import MANIFEST, Manifest
@@ -115,9 +115,9 @@ def main() -> None:
         print(f"{name:<16}{tokens[name]:>12,}{max(values) / 1e6:>14.2f}M")
     print(f"ratio {ours / peer:.3f} (goal >= {GOAL_RATIO}); worst {WINDOW}-sample window share error "
           f"{error:.4f} (goal <= {GOAL_SHARE_ERROR}); {os.cpu_count()} CPU cores")
-    print(json.dumps({"bench": "mixture", "tokens_per_s": round(ours), "peer_tokens_per_s": round(peer),
-                      "ratio": round(ours / peer, 3), "max_share_error": round(error, 5),
-                      "goal": {"ratio": GOAL_RATIO, "max_share_error": GOAL_SHARE_ERROR}}))
+    emit_json({"bench": "mixture", "tokens_per_s": round(ours), "peer_tokens_per_s": round(peer),
+               "ratio": round(ours / peer, 3), "max_share_error": round(error, 5),
+               "goal": {"ratio": GOAL_RATIO, "max_share_error": GOAL_SHARE_ERROR}})
 
 
 if __name__ == "__main__":

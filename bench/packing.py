@@ -14,10 +14,9 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
-import json
 import tempfile
 
-from bench.common import read_texts  # noqa: E402
+from bench.common import emit_json, read_texts  # noqa: E402
 from pipeline.packing import pack_all  # noqa: E402
 from pipeline.spec import TokenizerSpec  # noqa: E402
 from pipeline.tokenize import DocEncoder, TokenizerInfo, special_tokens, train_bpe  # noqa: E402
@@ -62,10 +61,10 @@ def main() -> None:
             print(f"{L:>8} {method:<9}{seqs:>10}{util:>13.4%}{cut:>10}{cut / len(encoded):>8.2%}")
             figures[f"{method}_{L}"] = {"utilization": round(util, 5), "docs_cut": cut}
     L = args.seq_len[0]
-    print(json.dumps({"bench": "packing", "seq_len": L, "best_fit_utilization": figures[f"best_fit_{L}"]["utilization"],
-                      "job_ranges_utilization": figures[f"ranges_{L}"]["utilization"], "range_docs": args.range_docs,
-                      "best_fit_docs_cut": figures[f"best_fit_{L}"]["docs_cut"],
-                      "concat_docs_cut": figures[f"concat_{L}"]["docs_cut"], "all": figures, "goal": 0.99}))
+    emit_json({"bench": "packing", "seq_len": L, "best_fit_utilization": figures[f"best_fit_{L}"]["utilization"],
+               "job_ranges_utilization": figures[f"ranges_{L}"]["utilization"], "range_docs": args.range_docs,
+               "best_fit_docs_cut": figures[f"best_fit_{L}"]["docs_cut"],
+               "concat_docs_cut": figures[f"concat_{L}"]["docs_cut"], "all": figures, "goal": 0.99})
 
 
 if __name__ == "__main__":

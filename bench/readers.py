@@ -32,7 +32,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import zstandard  # noqa: E402
 from warcio.archiveiterator import ArchiveIterator  # noqa: E402
 
-from bench.common import CORPORA  # noqa: E402
+from bench.common import CORPORA, emit_json  # noqa: E402
 from pipeline.documents import Drop  # noqa: E402
 from pipeline.readers import expand_inputs, read_file  # noqa: E402
 from pipeline.readers.warc import TRAFILATURA_OPTIONS  # noqa: E402
@@ -150,7 +150,7 @@ def main() -> None:
         print(f"{name:34} {pps:9.1f} {f1:11.3f} {n:6d}")
     by = {name: dps for name, _, _, _, dps, _ in rows}
     ours, peer = scores["readers"], scores["trafilatura defaults"]
-    print(json.dumps({
+    emit_json({
         "bench": "readers",
         "jsonl_gz_docs_per_s": round(by["jsonl.gz"]),
         "bare_jsonl_gz_docs_per_s": round(by["jsonl.gz (bare gzip+json loop)"]),
@@ -164,7 +164,7 @@ def main() -> None:
         "peer_html_f1": round(peer[1], 3),
         "ratio": round(ours[0] / peer[0], 2),
         "goal": 1.3,
-    }))
+    })
 
 
 if __name__ == "__main__":

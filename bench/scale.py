@@ -32,8 +32,8 @@ else a new document. The planned copies are counted and printed next to what exa
 JSONL.gz at gzip level 1, ``{"id", "text"}`` per line, cut at ``min(128 MB, size / (2 x parallelism))`` of text
 so every size gives at least two files per worker (the readers then run the filters in their own workers at
 every size, the same graph) and 62-128 MB files at the real sizes: compressed like real dumps and the shared
-corpora (the job pays gunzip as it would), about half the disk of plain JSONL, at ~1 s per 100 MB more to build.
-A size is UTF-8 bytes of ``text``, 1 GB = 1e9 bytes. The build streams (~28 MB/s: 4 GB in ~2.5 min): only the
+corpora (the job pays gunzip as it would), about half the disk of plain JSONL, at a little more time to build.
+A size is UTF-8 bytes of ``text``, 1 GB = 1e9 bytes. The build streams (it prints its rate): only the
 pools (~130 MB of text, ~280 MB of memory) and the reservoir are held; every corpus is built before the first
 job and the pools freed.
 
@@ -364,8 +364,8 @@ CALIBRATION_DOCS = 20_000
 def calibrate(corpus: Path) -> dict[str, Any]:
     """This machine's speed today, as one fixed piece of work: fastText's own ``predict`` (lid.176.ftz, k=1,
     batches of 256, one thread) on the first 20,000 documents of the smallest corpus (the corpus is seeded, so
-    they are the same documents on every run), best CPU-seconds of three. The machine's speed has varied by up to
-    1.9x between runs; a run's figures are read against this one, not against another run's."""
+    they are the same documents on every run), best CPU-seconds of three. The machine's speed varies widely
+    between runs; a run's figures are read against this one, not against another run's."""
     from pipeline.filters.fasttext_model import FastTextModel, default_lid_model
 
     texts: list[str] = []
@@ -815,6 +815,25 @@ def summary(records: list[dict[str, Any]], sizes: list[float]) -> dict[str, Any]
     }
 
 
+SIZE_FIGURES = ("s_per_gb", "cpu_s_per_gb", "cores_busy", "driver_peak_rss_mb", "max_anon_mb", "spilled_mb",
+                "output_mb", "rejected_mb", "docs_kept", "tokens")
+
+
+def figures(result: dict[str, Any]) -> dict[str, Any]:
+    """What bench/RESULTS.md shows: the totals, then per corpus size its costs, memory and output, and each
+    stage's worker-seconds per GB (the stages' shares of the chain's cost)."""
+    out: dict[str, Any] = {k: result.get(k) for k in ("core_hours_per_tb", "growth", "driver_rss_growth",
+                                                       "max_rss_growth", "spilled_gb", "rejected_sample")}
+    out["calibration_cpu_s"] = result.get("calibration", {}).get("cpu_s")
+    for rec in result["per_size"]:
+        size = f"{rec['gb']:g} GB"
+        out.update({f"{size} {k}": rec[k] for k in SIZE_FIGURES if k in rec})
+        out.update({f"{size} coverage.{k}": v for k, v in rec.get("coverage", {}).items()})
+        out.update({f"{size} stage_s_per_gb.{name.split('-', 1)[-1]}": round(st["seconds"] / rec["gb"], 1)
+                    for name, st in rec.get("stages", {}).items()})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="0.25,1,4", help="comma list of corpus sizes in GB of text (1e9 bytes)")
@@ -822,7 +841,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work folder (default: deleted at the end)")
     ap.add_argument("--data", type=Path, default=CORPORA, help="the shared corpora (default: ../shared/corpora)")
     ap.add_argument("--parallelism", type=int, default=2)
-    ap.add_argument("--json", type=Path, help="also write the JSON line to this file")
+    ap.add_argument("--json", type=Path, help="write the result here instead of bench/results/scale_<machine>.json")
+    ap.add_argument("--variant", help="record the result as this named variant of the file (another setting)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--file-mb", type=float, default=128.0, help="largest input file, MB of text")
     ap.add_argument("--vocab", type=int, default=32000)
@@ -890,7 +910,7 @@ def main() -> None:
     result = summary(records, sorted(sizes))
     result["rejected_sample"] = args.rejected_sample
     result["calibration"] = calibration
-    emit_json(result, args.json)
+    emit_json(result, args.json, figures=figures(result), variant=args.variant)
 
 
 if __name__ == "__main__":
