@@ -286,8 +286,8 @@ class Trainer:
         gc.callbacks.append(self._time_gc)
         gc_was_enabled = gc.isenabled()
         if gc_every:
-            # a full collection over torch.compile's many objects paused a 125M model on an H200 for 0.35 s
-            # (its 10-step window lost 35% of its tokens/s); collect young objects on a fixed cadence
+            # a full collection over torch.compile's many objects pauses training mid-step (a visibly slow
+            # window in the metrics); collect young objects on a fixed cadence
             gc.disable()
             gc.collect(1)
         try:

@@ -99,8 +99,8 @@ class Matcher:
         self.min_span_share = min_span_share
         self.word_id = {w: i for i, w in enumerate(index.vocab) if w}
         self.values = word_values(np.arange(len(index.vocab)))
-        # a 4 MB bit filter on the keys' top bits: a binary search in the sorted keys costs ~1 us per window
-        # (cache misses); the filter lets through the keys and ~2 % of the other windows
+        # a 4 MB bit filter on the keys' top bits: a binary search in the sorted keys misses the cache at every
+        # step, for every window; the filter lets through the keys and ~2 % of the other windows
         self.bits = np.zeros(1 << (FILTER_BITS - 3), dtype=np.uint8)
         slots = index.keys >> np.uint64(64 - FILTER_BITS)
         np.bitwise_or.at(self.bits, (slots >> np.uint64(3)).astype(np.int64),

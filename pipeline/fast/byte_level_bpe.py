@@ -56,7 +56,7 @@ _WS = r"\t\n\x0b\x0c\r "
 #: the same on ASCII text, for the standard ``re`` (twice as fast as ``regex`` with Unicode classes)
 ASCII_PATTERN = rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_WS}A-Za-z0-9]+|[{_WS}]+(?![^{_WS}])|[{_WS}]+"""
 #: cached pre-tokens per process (~150 bytes each); past it the older half is dropped. A corpus of a few hundred
-#: MB has ~1M distinct pre-tokens: a smaller cache would be refilled, at ~6 us a pre-token, again and again
+#: MB has ~1M distinct pre-tokens: a smaller cache would be refilled, one merge loop a pre-token, again and again
 MAX_CACHE = 1 << 20
 #: cached chunks per process (~130 bytes each): a few hundred MB of text per worker has ~1.5M distinct ones
 MAX_CHUNKS = 1 << 21

@@ -51,7 +51,7 @@ MARGIN = 1e-3
 PER_ROW = 2e-7
 #: bytes the token cache of a model may hold, both generations together: a token costs its row sum (4 bytes a
 #: dimension) and about TOKEN_OVERHEAD more (its string and its index entry). 440 MB: two million tokens of
-#: lid.176 (16 dimensions), which made the lid stage 1.7x cheaper than half a million on the 0.25 GB corpus of
+#: lid.176 (16 dimensions), which made the lid stage clearly cheaper than half a million on the corpora of
 #: bench/scale.py (a corpus keeps bringing new tokens: a larger cache asks fastText's n-grams less often);
 #: ~370,000 tokens of a 256-dimension model
 TOKEN_CACHE = 440_000_000

@@ -42,8 +42,8 @@ from pipeline.readers.docs import (
 )
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
-#: options of trafilatura.extract: `fast` skips the backup extractors (readability, jusText), about 1.5x
-#: faster on the AEB pages; comments are not main text
+#: options of trafilatura.extract: `fast` skips the backup extractors (readability, jusText), each another
+#: parse of the page; comments are not main text
 TRAFILATURA_OPTIONS: dict[str, Any] = {
     "fast": True,
     "include_comments": False,

@@ -64,9 +64,9 @@ def app_from_env() -> FastAPI:
 def freeze_gc() -> None:
     """Move every object alive now (modules, classes, the app: hundreds of thousands) out of the collector's
     reach, so that its full collections scan only what requests create. A full collection of a started server
-    took 90 to 130 ms on the shared 2-core test machine, every request waiting; after this, no full collection
-    showed up in 20 s of 200 requests/s. Done at startup when ``Settings.freeze_gc`` says so (``tokenmill
-    serve`` does): a frozen object is never freed, so not in tests, which make many apps in one process."""
+    walks all of them while every request waits; after this, none showed up under bench/api_load.py's load.
+    Done at startup when ``Settings.freeze_gc`` says so (``tokenmill serve`` does): a frozen object is never
+    freed, so not in tests, which make many apps in one process."""
     gc.collect()
     gc.freeze()
 

@@ -19,8 +19,8 @@ existed (and a key inserted by this process is dropped from the unknown ids all 
 read in the background and goes on with the entry; the read replaces it, normally long before it expires. A
 request waits for a read only when there is no live entry: a key's first use, or one idle for ``ttl_s``.
 This matters under load: the read runs in the thread pool (it may write ``last_used_at``, which can wait for
-SQLite's write lock), and a thread that needs the GIL back from a busy event loop took hundreds of
-milliseconds per read at 200 requests/s, which every request waiting on it would add to its latency.
+SQLite's write lock), and a thread that needs the GIL back from a busy event loop waits long for it under
+load (bench/api_load.py), which every request waiting on it would add to its latency.
 Concurrent misses on one key share one read (one task loads, the others await it). The reads also refresh the
 key's ``last_used_at`` when it is older than ``repo.LAST_USED_RESOLUTION`` (a minute), so it lags the last use
 by at most that plus ``ttl_s``.

@@ -45,8 +45,8 @@ router = APIRouter(tags=["metrics"])
 #: HTTP latency buckets, seconds: prometheus_client's default buckets (5 ms to 10 s) with 1 ms and 2.5 ms added
 #: below them, since a status poll takes a few milliseconds and the API's goal is p99 < 50 ms (bench/api_load.py)
 HTTP_BUCKETS = (0.001, 0.0025, *Histogram.DEFAULT_BUCKETS)
-#: phase duration buckets, seconds: from a second (a tiny test job) to 12 hours; bench/e2e.py's 237 MB job took
-#: 86 s to curate and 94 s to write on 2 cores, so a corpus a thousand times larger spends hours in a phase
+#: phase duration buckets, seconds: from a second (a tiny test job) to 12 hours; a phase's time grows with its
+#: input, bench/e2e.py's few hundred MB already spend minutes in each phase on 2 cores, a TB-scale corpus hours
 PHASE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 12 * 3600.0)
 #: jobs whose summary is read per query while catching up (bounded so one scrape never holds a huge result)
 FETCH_CHUNK = 500
