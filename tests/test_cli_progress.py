@@ -372,7 +372,8 @@ def test_run_prints_no_ray_log_line_and_the_summary(tmp_path):
     assert not ANSI.search(text)
     for needle in ("00-read", "01-normalize", "utilization", "tokens in", "docs/s end to end", "written to"):
         assert needle in proc.stdout, needle
-    assert "[tokenmill] curate: started" in proc.stdout and "[tokenmill] shard shards/shard-000000.tar" in proc.stdout
+    assert "[tokenmill] curate: started" in proc.stdout and "[tokenmill] write: done in" in proc.stdout
+    assert "[tokenmill] shard " not in proc.stdout  # no line per shard: the write lines count them
     # Ray's output went to ray.log, beside the job's own log (tokenmill's lines only)
     private = tmp_path / "out" / ".tokenmill"
     assert "Started a local Ray instance" in (private / "ray.log").read_text()
