@@ -1,10 +1,11 @@
-"""The README is executable: its shell blocks run here as written (issue 22).
+"""README.md and the guide are executable: their runnable blocks run here as written (issues 22 and 39).
 
-``tests/readme_blocks.py`` reads the blocks and their markers. Each scenario runs in a scratch folder as one bash
-script with ``.venv/bin`` first on ``PATH`` (so ``tokenmill`` and ``.venv/bin/tokenmill`` are the same program), the
-inputs it expects generated there, and the repository's ``.venv`` and ``training/`` linked in (the README's commands
-name ``.venv/bin/...`` and ``training/configs/...`` from the repository's root). A wrong flag, an empty key or a
-command that fails stops the script (``set -euo pipefail``) and fails the test with the README line it came from.
+``tests/readme_blocks.py`` reads the blocks and their markers, README.md first, then ``docs/`` in the guide's
+order. Each scenario runs in a scratch folder as one bash script with ``.venv/bin`` first on ``PATH`` (so
+``tokenmill`` and ``.venv/bin/tokenmill`` are the same program), the inputs it expects generated there, and the
+repository's ``.venv`` and ``training/`` linked in (the commands name ``.venv/bin/...`` and
+``training/configs/...`` from the repository's root). A wrong flag, an empty key or a command that fails stops the
+script (``set -euo pipefail``) and fails the test with the page and line it came from.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import pytest
 
 from tests import readme_blocks as rb
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
 REPO = Path(__file__).resolve().parents[1]
 
 WORDS = ("the of and to in is that it was for on are as with his they at be this from have or by one had not but "
@@ -63,7 +63,7 @@ def _run(scenario: rb.Scenario, cwd: Path, timeout: float) -> subprocess.Complet
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"the README's {scenario.name} commands ran past {timeout} s\n{out[-4000:]}\n{err[-4000:]}")
+        pytest.fail(f"the guide's {scenario.name} commands ran past {timeout} s\n{out[-4000:]}\n{err[-4000:]}")
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -71,7 +71,7 @@ def _run(scenario: rb.Scenario, cwd: Path, timeout: float) -> subprocess.Complet
             pass
     (cwd / "readme.out").write_text(out + "\n--- stderr\n" + err, encoding="utf-8")  # to read after a failure
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    assert result.returncode == 0, (f"the README's {scenario.name} commands failed ({result.returncode})\n"
+    assert result.returncode == 0, (f"the guide's {scenario.name} commands failed ({result.returncode})\n"
                                     f"--- stdout\n{out[-6000:]}\n--- stderr\n{err[-6000:]}")
     return result
 
@@ -79,26 +79,50 @@ def _run(scenario: rb.Scenario, cwd: Path, timeout: float) -> subprocess.Complet
 # ---- the markers -----------------------------------------------------------------------------------------------
 
 
-def test_every_shell_block_of_the_readme_is_run_or_says_why_not():
-    unmarked = rb.unmarked_shell_blocks()
-    assert unmarked == [], "README shell blocks with no `<!-- readme: run|skip ... -->` marker: " + ", ".join(
-        f"line {b.line}" for b in unmarked)
-    skipped = [b for b in rb.blocks() if b.action == "skip"]
+def test_every_runnable_block_of_the_readme_and_the_guide_has_a_marker():
+    found = rb.all_blocks()
+    assert {b.page for b in found} >= {"README.md", "docs/jobs.md", "docs/control-plane.md"}
+    unmarked = rb.unmarked_blocks(found)
+    assert unmarked == [], "runnable blocks with no `<!-- readme: run|file|skip ... -->` marker: " + ", ".join(
+        b.where for b in unmarked)
+    skipped = [b for b in found if b.action == "skip"]
     assert all(b.args and len(b.args[0]) > 20 for b in skipped), "a skipped block must say why"
-    assert {"own-job", "control-plane"} <= set(rb.scenarios())
+    assert {"own-job", "control-plane"} <= set(rb.scenarios(found))
 
 
 def test_the_marker_parser_finds_unmarked_blocks_and_groups_scenarios():
     text = ("intro\n<!-- readme: run a -->\n```bash\necho 1\n```\n```bash\necho unmarked\n```\n"
             "<!-- readme: file a x/job.yaml -->\n```yaml\nk: v\n```\n<!-- readme: run a -->\n```bash\necho 2\n```\n"
             "<!-- readme: skip needs a cluster of its own -->\n```bash\nray up\n```\n```yaml\nnot: a command\n```\n")
-    assert [b.line for b in rb.unmarked_shell_blocks(text)] == [6]
-    sc = rb.scenarios(text)["a"]
+    assert [b.line for b in rb.unmarked_blocks(rb.blocks(text))] == [6]
+    sc = rb.scenarios(rb.blocks(text))["a"]
     assert sc.files == {"x/job.yaml": "k: v\n"}
     assert [b.text for b in sc.commands] == ["echo 1\n", "echo 2\n"]
     assert "# README.md line 3\necho 1" in sc.script()
-    with pytest.raises(ValueError, match="takes a scenario and a path"):
-        rb.scenarios("<!-- readme: file a -->\n```yaml\nk: v\n```\n")
+    with pytest.raises(ValueError, match="README.md line 2: 'file' takes a scenario and a path"):
+        rb.scenarios(rb.blocks("<!-- readme: file a -->\n```yaml\nk: v\n```\n"))
+
+
+def test_the_parser_reads_the_guide_in_order_names_its_pages_and_runs_python_blocks(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("<!-- readme: run a -->\n```bash\necho readme\n```\n")
+    (tmp_path / "docs" / "aaa-extra.md").write_text("<!-- readme: run a -->\n```bash\necho extra\n```\n")
+    (tmp_path / "docs" / "training.md").write_text(
+        "text\n<!-- readme: run a -->\n```python\nimport sys\nprint(sys.version)\n```\n"
+        "```python\nprint('nobody runs this')\n```\n")
+    (tmp_path / "docs" / "jobs.md").write_text("<!-- readme: run a -->\n```sh\necho jobs\n```\n")
+    assert [p.name for p in rb.pages(tmp_path)] == ["README.md", "jobs.md", "training.md", "aaa-extra.md"]
+    found = rb.all_blocks(tmp_path)
+    assert [b.where for b in rb.unmarked_blocks(found)] == ["docs/training.md line 7"]
+    script = rb.scenarios(found)["a"].script()
+    assert script.index("echo readme") < script.index("echo jobs") < script.index("import sys") < script.index(
+        "echo extra")
+    assert "# docs/training.md line 3\npython - <<'PY'\nimport sys\nprint(sys.version)\nPY\n" in script
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert ran.returncode == 0 and ran.stdout.splitlines()[:2] == ["readme", "jobs"], ran
+    with pytest.raises(ValueError, match="docs/x.md line 2: a python block may not hold a line 'PY'"):
+        rb.scenarios(rb.blocks("<!-- readme: run a -->\n```python\nPY\n```\n", "docs/x.md"))
 
 
 # ---- "Running your own job": the YAML example with all its stages, inspect, report, training -------------------
@@ -133,6 +157,8 @@ def _own_job_inputs(cwd: Path) -> dict[str, object]:
     return {"records": len(records), "sft": 30, "old": 40}
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_running_your_own_job_as_written(tmp_path):
     scenario = rb.scenarios()["own-job"]
     assert "job.yaml" in scenario.files
@@ -157,18 +183,20 @@ def test_running_your_own_job_as_written(tmp_path):
 
 
 def _check_card(out: Path, stats: dict) -> None:
-    """The card of a job with lid, gopher_quality, pii and decontaminate: the Hub's loader reads it, its languages
-    are those the lid stage counted, and every figure it names is there and is a valid SVG / PNG."""
+    """The card of a job with lid, gopher_quality, pii and decontaminate: the output's README.md, which the Hub's
+    loader reads, its languages the kept documents' (not every one lid saw), no path of the machine in it or in
+    its spec, and every figure it names there and a valid SVG / PNG."""
     import re
     import xml.etree.ElementTree as ET
 
     from huggingface_hub import DatasetCard
     from PIL import Image
 
-    card = DatasetCard.load(out / "CARD.md")
-    lid = next(s for s in stats["stages"] if s["stage"].endswith("-lid"))
-    counted = sorted(k.split(":", 1)[1] for k, n in lid["counters"].items() if k.startswith("lang:") and n)
-    assert card.data.language == counted and counted
+    card = DatasetCard.load(out / "README.md")
+    kept = sorted(code for code, row in stats["profile"]["languages"].items() if row["docs"])
+    assert card.data.language == kept and kept
+    for text in (card.content, (out / "card" / "spec.yaml").read_text()):
+        assert str(out.parents[1]) not in text
     assert card.data.configs[0]["data_files"][0]["path"] == "documents/*.parquet"
     assert card.data.tokenmill["spec_hash"] == json.loads((out / "manifest.json").read_text())["spec_hash"]
     for section in ("## PII", "| EMAIL_ADDRESS | 1 | placeholder |", "## Benchmark contamination", "| arith | 1 |",
@@ -188,6 +216,8 @@ def _check_card(out: Path, stats: dict) -> None:
 # ---- "The control plane": key, serve, submit, cancel and retry a running job, then `tokenmill submit --follow` --
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_the_control_plane_commands_as_written(tmp_path):
     scenario = rb.scenarios()["control-plane"]
     rng = random.Random(3)
