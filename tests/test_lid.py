@@ -228,11 +228,11 @@ def test_lid176_names_bokmal_no_and_the_stage_says_nb(default_model):
 
 
 def test_readme_command_is_what_the_bench_runs(tmp_path):
-    """The README's LID recipe and ``bench/eval_lid.py --train`` cannot drift: the bench reads the command
-    from README.md, and changes only ``--output``."""
+    """The guide's LID recipe and ``bench/eval_lid.py --train`` cannot drift: the bench reads the command
+    from docs/filters.md, and changes only ``--output``."""
     command = eval_lid.readme_command()
     assert command[:2] == ["tokenmill", "train-classifier"]
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "filters.md").read_text(encoding="utf-8")
     assert " ".join(command) in text  # one line, verbatim
     data = Path(command[command.index("--input") + 1])
     assert not data.is_absolute() and (REPO / data).resolve() == (CORPORA / "lid" / "lid_train.jsonl.gz").resolve()

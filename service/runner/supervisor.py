@@ -80,7 +80,7 @@ class RunnerConfig:
     #: attempts in a row that may die without a result before the job is FAILED(infra) instead of resumed
     max_lost: int = 3
     #: seconds between the cancel's SIGTERM and a SIGKILL to the job's session. The engine stops within
-    #: seconds of SIGTERM (README, "Cancel"); a minute leaves room for a slow Ray shutdown
+    #: seconds of SIGTERM (docs/jobs.md, "Cancel"); a minute leaves room for a slow Ray shutdown
     cancel_grace_s: float = 60.0
     poll_s: float = 0.5
 
