@@ -51,6 +51,9 @@ class InputSpec(Strict):
     #: decompression: a record over it is a counted ``record_too_large`` drop, read past in bounded memory, so a
     #: small compressed file that inflates to one huge line cannot take a worker's memory (pipeline/readers/bounded.py)
     max_record_bytes: int = Field(DEFAULT_MAX_RECORD_BYTES, gt=0)
+    #: read only the first N documents of this input, its files in order (``tokenmill run --limit N``: a quick
+    #: look); reading stops there (pipeline/readers/limit.py). None: all of it
+    limit: int | None = Field(None, gt=0)
 
 
 #: a model class (``type`` is a field of :class:`StageSpec`: not usable in an annotation there)
@@ -214,9 +217,11 @@ class JobSpec(Strict):
         data["execution"] = {"seed": self.execution.seed}
         if self.output.rejected_sample == 1.0:  # a field added later: its default keeps earlier outputs' hashes
             del data["output"]["rejected_sample"]
-        for item in data["inputs"]:  # the same for inputs[].max_record_bytes
+        for item in data["inputs"]:  # the same for inputs[].max_record_bytes and inputs[].limit
             if item["max_record_bytes"] == DEFAULT_MAX_RECORD_BYTES:
                 del item["max_record_bytes"]
+            if item["limit"] is None:
+                del item["limit"]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

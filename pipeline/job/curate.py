@@ -31,6 +31,7 @@ from pipeline.job.tasks import EventSink, PhaseContext
 from pipeline.output.curated import Part, sorted_parts, write_part
 from pipeline.output.groups import collect_groups, split_part
 from pipeline.readers import expand_inputs
+from pipeline.readers.limit import limit_files
 from pipeline.readers.paths import source_name
 from pipeline.spec import InputSpec, JobSpec
 from pipeline.worker_start import process_start_seconds
@@ -134,11 +135,11 @@ def _curate_once(spec: JobSpec, curated_dir: str, stage_dir: str, par: int, emit
     def recorder(key: str) -> StageRecorder:
         return StageRecorder(key, stats_actor, rejected_dir, attempt, started, par, spec.output.rejected_sample)
 
-    files = expand_inputs(spec.inputs)
+    files, to_read = limit_files(expand_inputs(spec.inputs))  # inputs[].limit: the files its documents are in
     parts: list[Part] = []
     with _CounterReporter(stats_actor, emit):
         try:
-            ds = build_graph(spec, files, stage_dir, par, recorder)
+            ds = build_graph(spec, to_read, stage_dir, par, recorder)
         except DedupIndexError as exc:
             raise JobError(str(exc), "validation") from None
         # no CPU of its own: the stages' actor pools may hold every CPU until their output is consumed

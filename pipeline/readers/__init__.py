@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import os
 from collections.abc import Iterator
+from typing import TypeVar
 
 from pipeline import storage
 from pipeline.documents import Drop, ReaderDocument
@@ -24,9 +25,10 @@ from pipeline.readers.text import read_text
 from pipeline.readers.warc import read_warc
 from pipeline.spec import InputSpec
 
-__all__ = ["detect_format", "expand_inputs", "read_file"]
+__all__ = ["detect_format", "expand_inputs", "first_documents", "read_file"]
 
 RECORD_MASK = (1 << RECORD_BITS) - 1
+T = TypeVar("T")
 
 
 def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[ReaderDocument | Drop]:
@@ -36,6 +38,8 @@ def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[ReaderDoc
     ``name:record_index``, ``name`` being the path relative to that input (:func:`source_name`), which is
     also every document's ``source``. A folder here is one :func:`expand_inputs` could not list: it
     becomes one ``unreadable_folder`` drop, so the documents it holds are counted as lost, not forgotten.
+    ``spec.limit``: at most that many documents of this file, read no further
+    (:func:`pipeline.readers.limit.limit_files` gives each file its share of an input's limit).
     """
     named = named_by(spec.path, path)
     fmt = detect_format(path, spec.format, named)
@@ -55,12 +59,31 @@ def read_file(file_index: int, path: str, spec: InputSpec) -> Iterator[ReaderDoc
             return
     next_index = 0
     try:
-        for item in _reader(file_index, path, name, spec, fmt):
+        for item in first_documents(_reader(file_index, path, name, spec, fmt), spec.limit):
             doc = item.doc if isinstance(item, Drop) else item
             next_index = (doc["ord"] & RECORD_MASK) + 1
             yield item
     except OSError as exc:
         yield drop(name, file_index, next_index, "unreadable_file", error=error_text(exc))
+
+
+def first_documents(items: Iterator[T], limit: int | None) -> Iterator[T]:
+    """``items`` up to and including the ``limit``-th document (a :class:`Drop` does not count); the reader
+    behind them is closed there, so the rest of its file is never read. All of them when ``limit`` is None."""
+    if limit is None:
+        yield from items
+        return
+    seen = 0
+    try:
+        for item in items:
+            yield item
+            seen += not isinstance(item, Drop)
+            if seen >= limit:
+                return
+    finally:  # a reader is a generator: closing it closes its file
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
 
 
 def _sniff(path: str) -> str:

@@ -10,6 +10,7 @@ from service.commands.exits import EXIT_OK, error
 from service.commands.follow import follow_job
 from service.commands.http_client import Api
 from service.commands.http_command import http_parser, run_requests
+from service.commands.run import SET_HELP
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,15 +21,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", help="submitting again with this key returns the same job")
     p.add_argument("--follow", action="store_true", help="then follow it to the end (as `tokenmill follow`)")
     p.add_argument("--json", action="store_true", help="print the job as JSON")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="sets", help=SET_HELP)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     def go() -> int:
-        from pipeline.spec import SpecError, load_spec  # lazy: pydantic models, pyarrow and yaml (0.3 s)
+        # lazy: pydantic models, pyarrow and yaml (0.3 s)
+        from pipeline.overrides import load_spec_with
+        from pipeline.spec import SpecError
 
-        try:
-            spec = load_spec(args.spec)
+        try:  # the server checks the files: they are where it runs
+            spec = load_spec_with(args.spec, args.sets, check_files=False)
         except SpecError as exc:
             return error(exc)
         api = Api(args.server, args.api_key)
