@@ -19,7 +19,7 @@ from typing import Any
 from service.commands.exits import EXIT_CANCELLED, EXIT_FAILURE, EXIT_OK, error
 
 #: ``--set``'s help, for ``run`` and ``submit``
-SET_HELP = ("set a spec field before validation, e.g. stages.2.params.min_words=50 or execution.parallelism=4 "
+SET_HELP = ("set a spec field before validation, e.g. stages.1.params.min_chars=64 or execution.parallelism=4 "
             "(repeatable; the value is read as YAML: 3, true, [a, b]; part of the spec hash like the file's fields)")
 
 
