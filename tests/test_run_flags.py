@@ -21,8 +21,8 @@ from pipeline.problems import SpecError
 from pipeline.readers import expand_inputs, first_documents
 from pipeline.readers.limit import limit_files
 from pipeline.spec import InputSpec, parse_spec
+from service.commands import submit
 from service.commands.run import main as run_main
-from service.commands.submit import build_parser as submit_parser
 
 
 def _corpus(folder: Path, files: int = 3, docs: int = 4, name: str = "p") -> Path:
@@ -87,7 +87,26 @@ def test_a_bad_set_is_one_line_naming_the_flag_exit_2(tmp_path, capsys):
     assert err[0].startswith("error: stages.1.params.min_chars: ") and err[0].endswith(
         "(--set stages.1.params.min_chars=-1)")  # the flag, not the file's line, that gave the value
     assert err[1].startswith("error: foo: ") and err[1].endswith("(--set foo=1)") and len(err) == 2
-    assert submit_parser().parse_args([str(path), "--set", "a=1", "--set", "b=2"]).sets == ["a=1", "b=2"]
+
+
+def test_submit_sends_the_spec_with_its_sets(tmp_path, monkeypatch, capsys):
+    """``submit --set`` builds the spec on the client as ``run`` does (the files are the server's to check)."""
+    sent: list[dict] = []
+
+    class Api:
+        def __init__(self, *args: object) -> None:
+            pass
+
+        def request(self, method: str, path: str, json: dict, headers: dict) -> object:
+            sent.append(json)
+            return type("Reply", (), {"json": lambda self: {"id": "j1"}})()
+
+    monkeypatch.setattr(submit, "Api", Api)
+    path = _spec(tmp_path)  # no input files: not checked here
+    assert submit.main([str(path), "--set", "stages.1.params.min_chars=12", "--set", "execution.parallelism=3"]) == 0
+    assert sent[0]["stages"][1]["params"] == {"min_chars": 12} and sent[0]["execution"]["parallelism"] == 3
+    assert submit.main([str(path), "--set", "stages.5.type=x"]) == 2 and not sent[1:]
+    assert capsys.readouterr().err == "error: --set stages.5.type=x: stages has 2 entries\n"
 
 
 # ---- --dry-run -----------------------------------------------------------------------------------------------
