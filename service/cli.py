@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("pipeline.filters.report", "what each filter would drop, from an annotate-mode output"),
     "train-classifier": ("pipeline.filters.train_classifier", "train a fastText quality or language classifier"),
     "contamination-report": ("pipeline.decontam.report", "check a corpus or a shard set against benchmarks"),
-    "card": ("pipeline.card.cli", "(re)build an output's dataset card: CARD.md and its figures"),
+    "card": ("pipeline.card.cli", "(re)build an output's dataset card: README.md and its figures"),
     "serve": ("service.commands.serve", "run the control plane: REST API and job runner"),
     "submit": ("service.commands.submit", "submit a job spec to a tokenmill server"),
     "status": ("service.commands.status", "a job's state and figures, or the latest jobs"),

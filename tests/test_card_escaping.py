@@ -1,6 +1,7 @@
-"""Issue 37: every value CARD.md shows from data or from a spec (language codes, reasons, source paths, stage
-parameters, names) is escaped for Markdown and HTML: rendered by a CommonMark renderer, the card holds no markup
-that the data brought (no tag, no link, no emphasis, no extra table column), and shows each value as written."""
+"""Issue 37: every value the card (``README.md``) shows from data or from a spec (language codes, reasons, source
+paths, stage parameters, names) is escaped for Markdown and HTML: rendered by a CommonMark renderer, the card holds
+no markup that the data brought (no tag, no link, no emphasis, no extra table column), and shows each value as
+written."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def cards(tmp_path_factory) -> tuple[Path, Path]:
     write_card(str(plain), spec_json=plain_spec)
     out, spec = _hostile_output(root / "out", HOSTILE)
     write_card(str(out), compare=[str(plain)], spec_json=spec)
-    return plain / "CARD.md", out / "CARD.md"
+    return plain / "README.md", out / "README.md"
 
 
 def test_values_from_data_and_spec_render_as_text_with_a_commonmark_renderer(cards):

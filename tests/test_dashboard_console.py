@@ -310,10 +310,10 @@ def test_the_console_submits_follows_cancels_and_opens_artifacts_and_schedules(c
     assert hashlib.sha256(saved.read_bytes()).hexdigest() == shard["sha256"]
     assert "bytes saved" in driver.find_element("css selector", "#job-artifacts .artifact-note").text
 
-    # its dataset card above the files: CARD.md as text, every SVG figure it names drawn in the page
-    card_md = api.get(f"/v1/jobs/{first}/artifacts/CARD.md").text
+    # its dataset card above the files: README.md as text, every SVG figure it names drawn in the page
+    card_md = api.get(f"/v1/jobs/{first}/artifacts/README.md").text
     named = sorted(set(re.findall(r"\]\((card/[a-z]+\.svg)\)", card_md)))
-    assert "CARD.md" in listed and {"card/funnel.svg", "card/lengths.svg"} <= set(named) <= set(listed)
+    assert "README.md" in listed and {"card/funnel.svg", "card/lengths.svg"} <= set(named) <= set(listed)
     _wait(driver, "the card's figures", lambda d: sorted(d.execute_script(
         "return [...document.querySelectorAll('#job-artifacts .card-view figure')]"
         ".filter((f) => f.querySelector('svg.card-figure path')).map((f) => f.dataset.name)")) == named)

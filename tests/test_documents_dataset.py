@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from pipeline.documents import Drop, docs_to_table
 from pipeline.job.engine import run_job
@@ -159,6 +160,29 @@ def test_hf_datasets_reads_every_document(outputs, tmp_path, monkeypatch):
         assert ds.num_rows == N_DOCS
         assert {row["id"]: row["meta"]["lang"] for row in ds} == {i: m["lang"] for i, m in want.items()}
         assert {row["id"]: row["meta"]["info"]["n"] for row in ds} == {i: m["info"]["n"] for i, m in want.items()}
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_the_output_is_a_hub_dataset_its_card_the_readme(outputs, tmp_path, monkeypatch, fmt):
+    """Issue 39: ``load_dataset(OUT)`` reads the documents alone (the card's ``configs``; without them every file
+    of the folder, ``stats.json`` and ``rejected/`` included, and a CastError), the Hub's loader reads the card,
+    whose ``language`` is the kept documents', and neither the card nor its spec holds the machine's paths."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    import datasets
+    from huggingface_hub import DatasetCard
+
+    tmp, _, want = outputs
+    out = tmp / fmt
+    ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "a"))
+    assert {row["id"] for row in ds} == set(want) and "text" in ds.column_names
+    card = DatasetCard.load(out / "README.md")
+    assert card.data.language == sorted({row["meta"]["lang"] for row in ds})
+    assert not (out / "CARD.md").exists()
+    for name in ("README.md", "card/spec.yaml"):
+        assert str(tmp) not in (out / name).read_text(), name
+    assert yaml.safe_load((out / "card" / "spec.yaml").read_text())["inputs"][0]["path"] == "in.jsonl"
 
 
 @pytest.mark.ray

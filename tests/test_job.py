@@ -84,10 +84,10 @@ def test_parallelism_and_reruns_give_identical_shards(first_run, corpus, tmp_pat
     assert [s.sha256 for s in par2.manifest.shards] == ref
     assert again.manifest.to_json() == first_run.manifest.to_json()
     # the dataset card and its figures: the same bytes from two runs of the spec (into two folders)
-    card = sorted(p.relative_to(first_run.output_dir) for p in [first_run.output_dir / "CARD.md",
+    card = sorted(p.relative_to(first_run.output_dir) for p in [first_run.output_dir / "README.md",
                                                                  *(first_run.output_dir / "card").iterdir()])
     assert len(card) >= 6 and Path("card/spec.yaml") in card
-    assert sorted(p.relative_to(again.output_dir) for p in [again.output_dir / "CARD.md",
+    assert sorted(p.relative_to(again.output_dir) for p in [again.output_dir / "README.md",
                                                              *(again.output_dir / "card").iterdir()]) == card
     for name in card:
         assert (first_run.output_dir / name).read_bytes() == (again.output_dir / name).read_bytes(), name

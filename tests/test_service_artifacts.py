@@ -360,21 +360,21 @@ def test_the_dataset_card_and_its_figures_are_served_and_an_svg_cannot_run_anyth
     url, app, token, root = service
     folder = root / "out" / "carded"
     publish_output(folder, seed=7)
-    (folder / "CARD.md").write_text("---\npretty_name: x\n---\n# x\n")
+    (folder / "README.md").write_text("---\npretty_name: x\n---\n# x\n")
     (folder / "card").mkdir()
     (folder / "card" / "funnel.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>')
     (folder / "card" / "funnel.png").write_bytes(b"\x89PNG\r\n")
     (folder / "card" / "spec.yaml").write_text("name: x\n")
     (folder / "card" / "notes.txt").write_text("not a card file")
     marker = json.loads((folder / ".tokenmill" / "marker.json").read_text())
-    marker["files"] += ["CARD.md", "card/funnel.svg", "card/funnel.png", "card/spec.yaml", "card/notes.txt"]
+    marker["files"] += ["README.md", "card/funnel.svg", "card/funnel.png", "card/spec.yaml", "card/notes.txt"]
     (folder / ".tokenmill" / "marker.json").write_text(json.dumps(marker))
     job_id = finished_job(app.state.db, folder)
     with _client(url, token) as c:
         listing = {f["name"] for f in c.get(f"/v1/jobs/{job_id}/artifacts").json()["files"]}
-        assert {"CARD.md", "card/funnel.svg", "card/funnel.png", "card/spec.yaml"} <= listing
+        assert {"README.md", "card/funnel.svg", "card/funnel.png", "card/spec.yaml"} <= listing
         assert "card/notes.txt" not in listing
-        assert c.get(f"/v1/jobs/{job_id}/artifacts/CARD.md").text.startswith("---\npretty_name: x")
+        assert c.get(f"/v1/jobs/{job_id}/artifacts/README.md").text.startswith("---\npretty_name: x")
         svg = c.get(f"/v1/jobs/{job_id}/artifacts/card/funnel.svg")
         assert svg.status_code == 200 and "sandbox" in svg.headers["content-security-policy"]
         assert c.get(f"/v1/jobs/{job_id}/artifacts/card/notes.txt").status_code == 404

@@ -614,7 +614,7 @@ def test_a_schedule_fires_twice_and_version_1_stays_readable_while_version_2_pub
             versions_listed = client.get(f"/v1/schedules/{sid}/versions").json()
             assert [v["number"] for v in versions_listed["items"]] == [1, 2] and versions_listed["latest"] == 2
             # version 2's dataset card, served with it, compares it with version 1 (fewer documents: 60 now)
-            card = client.get(f"/v1/schedules/{sid}/versions/2/artifacts/CARD.md").text
+            card = client.get(f"/v1/schedules/{sid}/versions/2/artifacts/README.md").text
             kept = next(line for line in card.splitlines() if line.startswith("| documents kept |")).split("|")
             assert "## Compared with v000001" in card and kept[3].strip() == "60" and kept[4].strip().startswith("-")
             assert "card/versions.svg" in card

@@ -49,7 +49,7 @@ def test_a_job_on_s3_matches_the_local_run_and_feeds_dedup_and_the_loader(s3_end
     assert storage.list_files(f"{bucket}/out/.tokenmill/work") == []  # committed: nothing left staged
     assert storage.is_file(f"{bucket}/out/index/exact_dedup/meta.json")
     # the dataset card is written in the bucket as on disk (its text names the inputs, so only the figures compare)
-    assert storage.read_text(f"{bucket}/out/CARD.md").startswith("---\npretty_name: ")
+    assert storage.read_text(f"{bucket}/out/README.md").startswith("---\npretty_name: ")
     for fig in ("card/funnel.svg", "card/lengths.png"):
         assert storage.read_bytes(f"{bucket}/out/{fig}") == (tmp_path / "out" / fig).read_bytes(), fig
 

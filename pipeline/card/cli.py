@@ -1,4 +1,5 @@
-"""``tokenmill card OUT [--compare OTHER ...]``: (re)build a finished output's dataset card."""
+"""``tokenmill card OUT [--compare OTHER ...]``: (re)build a finished output's dataset card, ``OUT/README.md``
+(an output carded before the card was its README: its ``CARD.md`` is replaced by it)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 from pipeline import storage
 from pipeline.card.build import write_card
+from pipeline.card.collect import CARD_DIR, OLD_CARD
 from pipeline.output.layout import OutputError
 from pipeline.output.open_store import open_output_dir
 
@@ -30,11 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with out.lock():  # no job publishes into the folder meanwhile
                 names = write_card(args.output, args.compare)
-            out.add_published(names)  # listed, so it is served and replaced like the rest
+            out.add_published(names, drop=[OLD_CARD])  # listed, so it is served and replaced like the rest
     except (OutputError, ValueError) as exc:  # a job holds the folder; a card/spec.yaml that cannot be read
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"card: {storage.join(args.output, names[0])} and {len(names) - 1} figure files "
+    print(f"card: {storage.join(args.output, names[0])} and {len(names) - 1} files in {CARD_DIR}/ "
           f"({time.perf_counter() - t0:.2f} s)")
     return 0
 

@@ -20,7 +20,10 @@ from pipeline import secret_fields, storage
 from pipeline.card.profile import log2_bin
 from pipeline.nesting import TooDeep, load_yaml
 
-CARD = "CARD.md"
+#: the card: the output's README.md, where the Hub and ``datasets`` read a dataset's card and its ``configs``
+CARD = "README.md"
+#: where cards were written before they were the README (``tokenmill card`` replaces one it finds)
+OLD_CARD = "CARD.md"
 CARD_DIR = "card"
 SPEC = "spec.yaml"
 #: rejected records read per stage for the dropped documents' lengths
@@ -55,6 +58,10 @@ class CardData:
     vocab_size: int | None
     dropped: Dropped
     versions: dict[str, str]
+    #: the kept documents' ``meta.lang`` values (:mod:`pipeline.card.languages`; None: not recorded)
+    kept_languages: list[str] | None = None
+    #: the local paths the card and ``card/spec.yaml`` do not show (:mod:`pipeline.card.paths`)
+    redacted: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def stages(self) -> list[dict[str, Any]]:

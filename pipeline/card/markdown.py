@@ -1,4 +1,13 @@
-"""``CARD.md``'s text: YAML front matter in the Hugging Face dataset-card format, then the sections.
+"""The card's text (the output's ``README.md``): YAML front matter in the Hugging Face dataset-card format, then
+the sections.
+
+The front matter's ``configs`` name the files ``datasets.load_dataset(OUT)`` reads: the documents (``documents/``)
+when the job published them, else the token shards (one config per ``output.split_by`` group). Without them
+``datasets`` would read every file of the folder (``stats.json``, ``rejected/``...) as one table and fail. The
+shards are not a second config beside the documents: ``datasets`` picks one builder for all of a folder's configs
+from the first one's files, so a WebDataset config next to a Parquet one is read as Parquet; the card says how to
+load them from ``shards/`` instead. ``language`` lists the kept documents' languages (:mod:`.languages`); what
+the ``lid`` stage saw is a table in the text.
 
 Every value shown from data or from a spec (a job's name, language codes, source paths, drop reasons, stage
 parameters, benchmark items) goes through :func:`escape`: a record whose ``lang`` is ``<script>...`` is text
@@ -34,20 +43,46 @@ def size_category(n: int) -> str:
 
 def front_matter(d: CardData) -> dict[str, Any]:
     meta: dict[str, Any] = {"pretty_name": d.name}
-    langs = [code for code, n in d.languages.items() if n > 0 and _ISO.match(code)]
+    langs = [code for code in d.kept_languages or [] if _ISO.match(code)]
     if langs:
         meta["language"] = langs
     meta["size_categories"] = [size_category(d.kept_docs)]
     meta["task_categories"] = ["text-generation"]
-    if d.documents is not None:
-        ext = "parquet" if d.documents.get("documents") == "parquet" else "jsonl"
-        meta["configs"] = [{"config_name": "default", "data_files": [{"split": "train", "path": f"documents/*.{ext}"}]}]
+    configs = dataset_configs(d)
+    if configs:
+        meta["configs"] = configs
     own: dict[str, Any] = {"spec_hash": (d.manifest or {}).get("spec_hash"),
                            "tokenizer_hash": (d.manifest or {}).get("tokenizer_hash"), "versions": d.versions,
                            "inputs": [{k: i.get(k) for k in ("path", "format", "files", "bytes", "sha256")}
                                       for i in d.stats.get("inputs") or []]}
     meta["tokenmill"] = {k: v for k, v in own.items() if v not in (None, [])}
     return meta
+
+
+def documents_glob(d: CardData) -> str | None:
+    if d.documents is None:
+        return None
+    return f"documents/*.{'parquet' if d.documents.get('documents') == 'parquet' else 'jsonl'}"
+
+
+def shard_folders(d: CardData) -> list[str]:
+    """Where the token shards are: ``shards/``, or ``<group>/shards/`` per ``output.split_by`` group."""
+    groups = d.stats.get("groups") or {}
+    if groups:
+        return [f"{g}/shards" for g in sorted(groups)]
+    return ["shards"] if int((d.stats.get("output") or {}).get("shards", 0) or 0) else []
+
+
+def dataset_configs(d: CardData) -> list[dict[str, Any]]:
+    """The ``configs`` of the front matter: the documents, else the token shards (WebDataset ``.tar``)."""
+    docs = documents_glob(d)
+    if docs is not None:
+        return [{"config_name": "default", "data_files": [{"split": "train", "path": docs}]}]
+    folders = shard_folders(d)
+    names = ["default"] if folders == ["shards"] else [f.split("/", 1)[0] for f in folders]
+    return [{"config_name": name, "data_files": [{"split": "train", "path": f"{folder}/*.tar"}]}
+            | ({"default": True} if i == 0 and name != "default" else {})
+            for i, (name, folder) in enumerate(zip(names, folders, strict=True))]
 
 
 def escape(value: Any) -> str:
@@ -78,13 +113,44 @@ def render(d: CardData, figures: Sequence[str], extra: Sequence[str] = ()) -> st
     out = ["---", yaml.safe_dump(front_matter(d), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
            f"# {escape(d.name)}", "", "Written by tokenmill from what the job recorded (`stats.json`, `manifest.json`, "
            "`card/spec.yaml`, a sample of `rejected/`). `tokenmill card OUT` rebuilds it.", ""]
-    for section in (_sources, _pipeline, _funnel, _languages, _lengths, _tokens, _pii, _contamination, _tokenizer):
+    for section in (_loading, _sources, _pipeline, _funnel, _languages, _lengths, _tokens, _pii, _contamination,
+                    _tokenizer, _redacted):
         text = section(d, figures)
         if text:
             out += [text, ""]
     out += list(extra)
     out += [_rebuild(d), ""]
     return "\n".join(out)
+
+
+def _loading(d: CardData, figs: Sequence[str]) -> str:
+    """How to read the output with ``datasets`` (``OUT``: this folder, or ``hf://datasets/<repo>`` once pushed)."""
+    docs, shards = documents_glob(d), shard_folders(d)
+    if docs is None and not shards:
+        return ""
+    code = ["import datasets", ""]
+    if docs is not None:
+        code.append(f'documents = datasets.load_dataset("OUT", split="train")  # {docs}')
+    if docs is None and shards == ["shards"]:
+        code.append('tokens = datasets.load_dataset("OUT", split="train")  # shards/*.tar')
+    elif docs is None:
+        code.append(f'tokens = datasets.load_dataset("OUT", "{shards[0].split("/", 1)[0]}", split="train")'
+                    "  # a group's shards")
+    else:
+        code += [f'tokens = datasets.load_dataset("webdataset", data_files="OUT/{f}/*.tar", split="train")'
+                 for f in shards]
+    text = ["## Loading", "", "With `datasets`; `OUT` is this folder's path (once pushed to the Hub: `<user>/<name>`, "
+            "and the shards' `hf://datasets/<user>/<name>/...`):",
+            "", fenced("\n".join(code), "python")]
+    if shards:
+        text += ["", "A row of the token shards is one packed sequence: `input_ids.npy` (token ids of "
+                 "`tokenizer.json`), `doc_lens.npy` (the documents' lengths in it), `meta.json` (their ids and "
+                 "`ord`s) and, for an input with a chat template, `loss_mask.npy` (0 on prompt tokens)."]
+    if docs is not None and shards:
+        text += ["", "The shards are no second config of this card: `datasets` reads every config of a folder "
+                 "with the builder of the first one's files (Parquet or JSON here), so they are loaded by the "
+                 "`webdataset` builder, by path."]
+    return "\n".join(text)
 
 
 def _sources(d: CardData, figs: Sequence[str]) -> str:
@@ -124,15 +190,20 @@ def _funnel(d: CardData, figs: Sequence[str]) -> str:
 
 
 def _languages(d: CardData, figs: Sequence[str]) -> str:
-    langs = d.languages
-    if not langs:
+    langs, kept_langs = d.languages, d.kept_languages
+    if not langs and not kept_langs:
         return ""
-    total = sum(langs.values()) or 1
-    kept = (d.profile or {}).get("languages") or {}
-    rows = [[code, n, f"{100 * n / total:.1f} %", kept.get(code, {}).get("docs", "-")]
-            for code, n in sorted(langs.items(), key=lambda kv: (-kv[1], kv[0]))]
-    parts = ["## Languages", "", "As the `lid` stage counted every document it saw; kept: in the output.", "",
-             table(["language", "documents (lid)", "share", "kept"], rows)]
+    parts = ["## Languages", ""]
+    if kept_langs is not None:
+        parts += ["The kept documents' `meta.lang` (the front matter's `language`): "
+                  + (", ".join(escape(c) for c in kept_langs) or "none") + ".", ""]
+    if langs:
+        total = sum(langs.values()) or 1
+        kept = (d.profile or {}).get("languages") or {}
+        rows = [[code, n, f"{100 * n / total:.1f} %", kept.get(code, {}).get("docs", "-")]
+                for code, n in sorted(langs.items(), key=lambda kv: (-kv[1], kv[0]))]
+        parts += ["What the `lid` stage saw, every document it read (a language filter drops some); kept: in the "
+                  "output.", "", table(["language", "documents (lid)", "share", "kept"], rows)]
     return "\n".join(parts + (["", figure("languages", "language shares")] if "languages" in figs else []))
 
 
@@ -200,10 +271,22 @@ def _tokenizer(d: CardData, figs: Sequence[str]) -> str:
     return "\n".join(parts)
 
 
+def _redacted(d: CardData, figs: Sequence[str]) -> str:
+    if not d.redacted:
+        return ""
+    rows = [[e.get("field", "?"), e.get("now", "?"), e.get("sha256", "-")] for e in d.redacted]
+    return "\n".join(["## Paths", "", f"No local path of the machine that ran the job is shown here or in "
+                      f"`{CARD_DIR}/{SPEC}`. Each one is written relative to the deepest folder they all share (a "
+                      "copy of the spec put in that folder reads the same files), or as its name alone where they "
+                      "share none; the fingerprint is a sha256 prefix (of a file's bytes; of an input's, a folder's "
+                      "or a pattern's files' names and sizes):", "",
+                      table(["field", "written as", "sha256"], rows)])
+
+
 def _rebuild(d: CardData) -> str:
     if d.spec is None:
         return "## Rebuild\n\nThis output predates `card/spec.yaml`: its spec was not recorded."
     return "\n".join(["## Rebuild", "", f"The spec is `{CARD_DIR}/{SPEC}` (secrets redacted; `output.path` is "
-                      "`rebuilt`, relative to that folder; input paths as the job read them):", "",
+                      "`rebuilt`, relative to that folder; local paths as \"Paths\" says):", "",
                       fenced(yaml.safe_dump(d.spec, sort_keys=False, allow_unicode=True).rstrip(), "yaml"), "",
                       fenced(f"tokenmill run {CARD_DIR}/{SPEC}", "bash")])

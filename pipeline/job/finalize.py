@@ -56,9 +56,9 @@ def run(ctx: PhaseContext, state: WorkState, curated: CurateResult, written: lis
 
 
 def _stage_card(ctx: PhaseContext, count_tokens: TokenCounter | None = None) -> None:
-    """``CARD.md`` and ``card/`` (pipeline/card), staged to be published with the rest. A card that cannot be made
-    does not fail a job whose data is sound: a warning event says so, the output has no card, and
-    ``tokenmill card OUT`` makes it later."""
+    """``README.md`` (the dataset card) and ``card/`` (pipeline/card), staged to be published with the rest. A card
+    that cannot be made does not fail a job whose data is sound: a warning event says so, the output has no card,
+    and ``tokenmill card OUT`` makes it later."""
     from pipeline.card.build import write_card  # matplotlib: only when a job finishes
 
     try:

@@ -15,7 +15,9 @@ import os
 import re
 from typing import Literal, NotRequired, TypedDict
 
-PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json", "documents.json", "CARD.md")
+#: ``README.md``: the dataset card (pipeline/card); ``CARD.md``: where an older output has it, still a published
+#: name so its marker reads and the next commit or ``tokenmill card`` replaces it
+PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json", "documents.json", "README.md", "CARD.md")
 #: ``card/``: the dataset card's figures and the spec it names (pipeline/card)
 PUBLISHED_FOLDERS = ("shards", "rejected", "index", "documents", "card")
 PUBLISHED = PUBLISHED_FILES + PUBLISHED_FOLDERS

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import ClassVar, Protocol, TypedDict
@@ -78,8 +79,9 @@ class OutputStore(Protocol):
         """Whether tokenmill wrote this output."""
         ...
 
-    def add_published(self, names: list[str]) -> None:
-        """List ``names`` in the marker of a finished output, under its lock (``tokenmill card`` on an older one)."""
+    def add_published(self, names: list[str], drop: Sequence[str] = ()) -> None:
+        """List ``names`` in the marker of a finished output, under its lock (``tokenmill card`` on an older one),
+        and no longer ``drop`` (files it removed)."""
         ...
 
 
@@ -209,17 +211,19 @@ class StoreBase(ABC):
         """Whether tokenmill wrote this output (its marker exists and parses)."""
         return self.read_marker() is not None
 
-    def add_published(self, names: list[str]) -> None:
+    def add_published(self, names: list[str], drop: Sequence[str] = ()) -> None:
         """List ``names`` (published names, :func:`check_rel`) in the marker of a finished output, under its lock:
         files written after the commit (``tokenmill card`` on an output older than cards) are then served and
-        replaced like the rest. A folder without a marker is left alone."""
+        replaced like the rest; ``drop``: names no longer there (an older card). A folder without a marker is
+        left alone."""
         with self.lock():
             marker = self.read_marker()
             if marker is None:
                 return
-            missing = [check_rel(n) for n in names if n not in marker["files"]]
-            if missing:
-                self._write_record(self.marker_path, new_marker(marker["files"] + missing, marker["created"],
+            kept = [f for f in marker["files"] if f not in drop]
+            missing = [check_rel(n) for n in names if n not in kept]
+            if missing or len(kept) != len(marker["files"]):
+                self._write_record(self.marker_path, new_marker(kept + missing, marker["created"],
                                                                 marker.get("owner")))
 
     def _load_journal(self) -> Journal | None:

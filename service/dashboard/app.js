@@ -487,22 +487,24 @@ function renderArtifacts(container, base, files) {
   table.append(body);
   const summary = el("p", { className: "muted", text: files.length ? `${files.length} files` : "no published file" });
   container.replaceChildren(summary, el("div", { className: "scroll" }, table), note, viewer);
-  if (files.some((f) => f.name === CARD_NAME)) {
+  const cardName = CARD_NAMES.find((n) => files.some((f) => f.name === n));
+  if (cardName) {
     const card = el("div", { className: "card-view" });
     container.prepend(card);
-    loadCard(card, base, new Set(files.map((f) => f.name)));
+    loadCard(card, base, cardName, new Set(files.map((f) => f.name)));
   }
 }
 
-// ---- the dataset card: CARD.md as text, its SVG figures parsed and sanitized (no innerHTML, no blob: images) --
+// ---- the dataset card: README.md as text, its SVG figures parsed and sanitized (no innerHTML, no blob: images) --
 
-const CARD_NAME = "CARD.md";
+// README.md: the card (where the Hub reads it); CARD.md: where an output carded before that has it
+const CARD_NAMES = ["README.md", "CARD.md"];
 const CARD_FIGURE = /\]\((card\/[A-Za-z0-9_-]+\.svg)\)/g;
 
-async function loadCard(box, base, names) {
-  box.replaceChildren(el("h4", { text: "Dataset card" }), el("p", { className: "muted", text: "loading CARD.md..." }));
+async function loadCard(box, base, cardName, names) {
+  box.replaceChildren(el("h4", { text: "Dataset card" }), el("p", { className: "muted", text: `loading ${cardName}...` }));
   try {
-    const r = await api(artifactPath(base, CARD_NAME));
+    const r = await api(artifactPath(base, cardName));
     if (!r.ok) { box.replaceChildren(el("p", { className: "error", text: `card: ${refusal(r, await jsonOf(r)).text}` })); return; }
     const text = await r.text();
     const figures = el("div", { className: "card-figures" });

@@ -10,7 +10,8 @@ versions stay served at their URLs (:func:`service.store.repo.get_version` reads
 What is served: only what the output's last commit published (the names its ``.tokenmill/marker.json``
 lists) and of those only what a trainer reads: ``manifest.json``, ``stats.json``, ``tokenizer.json``, the
 shards the manifest lists, ``documents.json`` (an older output's ``documents/index.json``) and the parts
-it lists, an ``output.split_by`` group's manifest, tokenizer and shards, and the dataset card (``CARD.md``,
+it lists, an ``output.split_by`` group's manifest, tokenizer and shards, and the dataset card (``README.md``, an
+older output's ``CARD.md``,
 ``card/*.svg|png`` and ``card/spec.yaml``, whose secrets are redacted). Never ``rejected/`` (the dropped
 documents' text: what a PII or quality stage took out), ``index/`` (dedup internals) or ``.tokenmill/``.
 
@@ -64,8 +65,8 @@ router = APIRouter(tags=["artifacts"])
 
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 #: files served whole, hashed on demand (small): the shard set's and a group's
-_SMALL = frozenset({MANIFEST, STATS, TOKENIZER, *DOCUMENTS_INDEXES, "CARD.md"})
-#: the dataset card's figures and spec (``card/``, pipeline/card): served beside ``CARD.md``
+_SMALL = frozenset({MANIFEST, STATS, TOKENIZER, *DOCUMENTS_INDEXES, "README.md", "CARD.md"})
+#: the dataset card's figures and spec (``card/``, pipeline/card): served beside ``README.md``
 _CARD_FILE = re.compile(r"card/[A-Za-z0-9_-]+\.(svg|png|yaml)")
 _GROUP_SMALL = frozenset({MANIFEST, TOKENIZER})
 #: entries kept in each cache (catalogs per output folder; digests per file)
