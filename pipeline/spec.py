@@ -25,7 +25,8 @@ from pydantic_core import CoreSchema
 
 from pipeline.nesting import Loader, TooDeep, check_json
 from pipeline.problems import SPEC_FILE, Loc, Problem, SpecError, parse_model, problems_of, validation_error
-from pipeline.stages import REGISTRY, stage_class
+from pipeline.stages import StageLookupError, known_stages, stage_class
+from pipeline.stages.custom import REFERENCE, StageClass, next_to_spec
 
 #: ``documents``: a tokenmill ``documents`` output (its parts, Parquet or JSONL), read with ids and ``meta`` as
 #: they were, so a later job can act on what an earlier one annotated (``stored_filters``)
@@ -62,9 +63,21 @@ ModelType = type[BaseModel]
 
 def _unknown_stage(name: str) -> str:
     """The problem of a stage type nobody registered, with the closest known one when a typo is likely."""
-    close = difflib.get_close_matches(name, REGISTRY, n=1, cutoff=0.6)
+    known = known_stages()  # the built-ins and the installed entry points
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown stage {name!r} ({hint}known: {', '.join(sorted(REGISTRY))})"
+    return f"unknown stage {name!r} ({hint}known: {', '.join(known)}; or a module:Class of your own)"
+
+
+def _find_stage(name: str) -> StageClass | Problem:
+    """The class of stage type ``name`` (:func:`pipeline.stages.stage_class`), or the :class:`Problem` at
+    ``type`` saying why there is none."""
+    try:
+        return stage_class(name)
+    except KeyError:
+        return Problem(("type",), _unknown_stage(name), "unknown_stage")
+    except StageLookupError as exc:
+        return Problem(("type",), str(exc), exc.kind)
 
 
 class StageSpec(Strict):
@@ -76,13 +89,13 @@ class StageSpec(Strict):
     @model_validator(mode="after")
     def _check_params(self) -> StageSpec:
         """``params`` against the stage's own ``Params`` model, each error at its field below ``params``."""
-        if self.type not in REGISTRY:
-            problem = Problem(("type",), _unknown_stage(self.type), "unknown_stage")
-            raise validation_error(type(self).__name__, [problem], self.type)
+        cls = _find_stage(self.type)
+        if isinstance(cls, Problem):
+            raise validation_error(type(self).__name__, [cls], self.type)
         try:
-            self._params = stage_class(self.type).Params.model_validate(self.params)
+            self._params = cls.Params.model_validate(self.params)
         except ValidationError as exc:
-            problems = problems_of(exc, stage_class(self.type).Params)  # an unknown param names the closest known one
+            problems = problems_of(exc, cls.Params)  # an unknown param names the closest known one
             raise validation_error(type(self).__name__, [p.under("params") for p in problems],
                                    self.params) from None
         return self
@@ -93,9 +106,10 @@ class StageSpec(Strict):
         (how :mod:`pipeline.secret_fields` finds a stage's secrets in a spec's JSON); None for another field or
         an unknown stage."""
         stage_type = data.get("type")
-        if name != "params" or not isinstance(stage_type, str) or stage_type not in REGISTRY:
+        if name != "params" or not isinstance(stage_type, str):
             return None
-        return stage_class(stage_type).Params
+        found = _find_stage(stage_type)
+        return None if isinstance(found, Problem) else found.Params
 
     @property
     def validated(self) -> BaseModel:
@@ -105,9 +119,10 @@ class StageSpec(Strict):
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        """``type``: one of the registered stages (what :meth:`_check_params` accepts), in the JSON schema too."""
+        """``type``: a built-in or installed stage, or a ``module:Class`` (what :meth:`_check_params` accepts), in
+        the JSON schema too."""
         schema = handler.resolve_ref_schema(handler(core))
-        schema["properties"]["type"]["enum"] = sorted(REGISTRY)
+        schema["properties"]["type"]["anyOf"] = [{"enum": known_stages()}, {"pattern": REFERENCE.pattern}]
         return schema
 
 
@@ -278,6 +293,10 @@ def read_spec_file(path: Path) -> tuple[Any, Lines]:
     except yaml.YAMLError as exc:
         raise SpecError.one((), _yaml_error(path, exc), SPEC_FILE) from None
     if isinstance(data, dict):
+        stages = data.get("stages")
+        for stage in stages if isinstance(stages, list) else []:
+            if isinstance(stage, dict) and isinstance(stage.get("type"), str):
+                next_to_spec(stage["type"], path.resolve().parent)  # a module:Class stage may sit next to the spec
         resolve_paths(data, path.resolve().parent)
     return data, lines
 
@@ -381,8 +400,9 @@ def _resolve_stage_paths(stages: Any, base: Path) -> None:
         if not isinstance(stage, dict) or not isinstance(stage.get("type"), str):
             continue
         params = stage.get("params")
-        if stage["type"] not in REGISTRY or not isinstance(params, dict):
+        cls = _find_stage(stage["type"])
+        if isinstance(cls, Problem) or not isinstance(params, dict):
             continue
-        for key in stage_class(stage["type"]).path_params:
+        for key in cls.path_params:
             if key in params:
                 params[key] = resolve(params[key])

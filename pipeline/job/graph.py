@@ -20,6 +20,7 @@ from pipeline.job.stats import StageRecorder
 from pipeline.job.udfs import READ_BATCH, BatchStageRunner, ReadFiles, StageChain, StageLink
 from pipeline.spec import InputSpec, JobSpec
 from pipeline.stages import DatasetStage, StageContext, stage_class
+from pipeline.stages.custom import travelling_modules
 
 #: stage key of the reader in counters and ``rejected/``
 READ_KEY = "00-read"
@@ -30,6 +31,8 @@ InputFiles = list[tuple[int, InputSpec, str]]
 
 def build_graph(spec: JobSpec, files: InputFiles, stage_dir: str, par: int, recorder: Recorder) -> Dataset:
     """Read every file, then each stage in spec order; ``recorder(key)`` counts stage ``key``."""
+    for module in travelling_modules():  # a module:Class from the spec's folder: not on the workers' path
+        ray.cloudpickle.register_pickle_by_value(module)
     return _Graph(spec, files, stage_dir, par, recorder).build()
 
 

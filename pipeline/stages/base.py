@@ -2,8 +2,9 @@
 
 A document is a :class:`~pipeline.documents.Document` (a TypedDict) with ``id``, ``text``, ``source``, ``ord``
 (its position in the input, used to restore a deterministic order), ``meta`` (a dict: annotations go here)
-and ``segments`` (SFT spans). Register a stage with one line in :data:`pipeline.stages.REGISTRY`
-(``"name": "module:Class"``).
+and ``segments`` (SFT spans). A built-in stage is one line in :data:`pipeline.stages.REGISTRY`
+(``"name": "module:Class"``); a stage of one's own needs none: a spec names it as ``module:Class``, or its installed
+package declares it as a ``tokenmill.stages`` entry point (:mod:`pipeline.stages.custom`, docs/writing-a-stage.md).
 
 **Kinds.** :class:`Stage` sees one batch at a time: implement ``process(docs)`` and yield each
 document (possibly edited) or a :class:`~pipeline.documents.Drop` with a reason. :class:`FilterStage`
@@ -41,7 +42,7 @@ where it is ``self.prepared`` by the time ``setup()`` runs (once per worker: ope
 regexes). Neither runs per batch. Keep heavy imports (Ray, torch, fastText, Presidio) inside
 ``prepare``/``setup``/``apply``: validating a spec imports the stage module and must stay cheap.
 
-Run a batch stage without Ray (tests, notebooks) with :func:`run_batch`.
+Run a batch stage without Ray (tests, notebooks) with :func:`run_batch`, or ``tokenmill.apply`` (as a job runs it).
 """
 
 from __future__ import annotations

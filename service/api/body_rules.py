@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from pipeline.stages import REGISTRY, stage_class
+from pipeline.stages import known_stages, stage_class
 from service.api.schemas import NUL_FREE
 from service.settings import Settings
 
@@ -58,7 +58,7 @@ def _type_stage_params(components: dict[str, Any]) -> None:
     what no JSON schema states: a param compared with another (:data:`~pipeline.problems.ACROSS_PARAMS`)."""
     if "StageSpec" not in components:
         return
-    models = {name: stage_class(name).Params for name in sorted(REGISTRY)}
+    models = {name: stage_class(name).Params for name in known_stages()}
     refs, defs = models_json_schema([(model, "validation") for model in models.values()],
                                     ref_template=_REF + "{model}")
     for name, model_schema in defs.get("$defs", {}).items():
@@ -85,7 +85,7 @@ def _one_annotating_stage_each(components: dict[str, Any]) -> None:
     if stages is None:
         return
     keys: dict[str, list[str]] = {}
-    for name in sorted(REGISTRY):
+    for name in known_stages():
         stage = stage_class(name)
         if "mode" in stage.Params.model_fields:
             keys.setdefault(stage.name, []).append(name)

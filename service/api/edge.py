@@ -41,8 +41,14 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pipeline.stages.custom import refuse_references
 from service.api import json_body, yaml_body
 from service.api.deps import CHALLENGE, KEY_SCOPE, UNAUTHORIZED, require_key, resolve_key
+
+#: why a spec sent to the service may not name a ``module:Class`` stage (importing it runs code on the server)
+NO_REFERENCES = ("the service runs built-in and installed stages only (a module:Class is imported and run on the "
+                 "server): install the stage's package where the service runs, with a tokenmill.stages entry point, "
+                 "and name the stage by it")
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class Edge:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        refuse_references(NO_REFERENCES)  # this request's context: its spec names built-in and installed stages only
         length = _announced_length(scope)  # None: no body
         route = self._match(scope)
         if route is None:  # the router's 404 / 405 / redirect: nothing reads the body
