@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "pipeline" / "job"
 #: the product's packages whose every function the length limit applies to
-PRODUCT = ("pipeline", "service", "training", "kernels")
+PRODUCT = ("pipeline", "service", "training", "kernels", "tokenmill")
 ENGINE_LINES = 200
 FUNCTION_LINES = 60
 

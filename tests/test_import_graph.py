@@ -13,7 +13,11 @@ functions (a deferred import still ties two modules together). The rules:
   nothing else in ``pipeline`` imports it (an output is written and committed by ``pipeline.output``, which the
   card uses too). A stage (``pipeline.stages``) gets documents and never imports a reader (``pipeline.readers``);
   what both need of a document is in ``pipeline.documents``.
-- No two modules of ``pipeline`` or ``service``, nor two subpackages of ``service``, import each other.
+- ``tokenmill`` (the library facade: ``tokenmill.run``, ``tokenmill.apply``) sits beside ``service``, over
+  ``pipeline``: it reaches the engine through ``pipeline.job.engine`` (and its errors) only, never imports the
+  control plane or the trainer, and nothing of ours imports it (a stage written outside may).
+- No two modules of ``pipeline``, ``service`` or ``tokenmill``, nor two subpackages of ``service``, import each
+  other.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipeline", "service", "kernels", "training")
+PACKAGES = ("pipeline", "service", "kernels", "training", "tokenmill")
 #: packages whose modules must not import each other in a circle
-ACYCLIC = ("pipeline", "service")
+ACYCLIC = ("pipeline", "service", "tokenmill")
+#: what the library facade may import of the engine
+ENGINE_ENTRY = ("pipeline.job.engine", "pipeline.job.errors")
 #: the modules of pipeline that training may import; they import nothing of ours beyond each other
 CONTRACT = ("pipeline.shard_format", "pipeline.mixture_format", "pipeline.storage", "pipeline.shard_source",
             "pipeline.shard_reader", "pipeline.mixture_source")
@@ -47,6 +53,15 @@ UPWARD = (
     ("training", "service", ()),
     # the control plane reads and writes shard sets and mixtures through pipeline, never through the trainer
     ("service", "training", ()),
+    # the library facade is on top, beside the control plane: nothing of ours imports it
+    ("pipeline", "tokenmill", ()),
+    ("service", "tokenmill", ()),
+    ("kernels", "tokenmill", ()),
+    ("training", "tokenmill", ()),
+    # ...and it runs a job through the engine's entry, not its phases
+    ("tokenmill", "pipeline.job", ENGINE_ENTRY),
+    ("tokenmill", "service", ()),
+    ("tokenmill", "training", ()),
 )
 
 
@@ -325,6 +340,30 @@ def test_detector_rules_inside_pipeline_and_from_service(tmp_path: Path) -> None
     assert upward(ImportGraph.read(tmp_path)) == [
         "pipeline.card.cli -> pipeline.job.engine", "pipeline.mix -> training.data",
         "pipeline.stages.normalize -> pipeline.readers.docs", "service.mix -> training.data"]
+
+
+def test_detector_rules_of_the_library_facade(tmp_path: Path) -> None:
+    """tokenmill imports pipeline and the engine's entry, nothing reaches back into it, and it skips the engine's
+    phases, the control plane and the trainer."""
+    _write(tmp_path, {
+        "pipeline/__init__.py": "",
+        "pipeline/spec.py": "",
+        "pipeline/job/__init__.py": "",
+        "pipeline/job/engine.py": "",
+        "pipeline/job/errors.py": "",
+        "pipeline/job/graph.py": "",
+        "pipeline/demo.py": "import tokenmill\n",
+        "service/__init__.py": "",
+        "service/cli.py": "from tokenmill.running import run\n",
+        "training/__init__.py": "",
+        "training/train.py": "",
+        "tokenmill/__init__.py": "from pipeline import spec\nfrom pipeline.job.errors import JobError\n",
+        "tokenmill/running.py": "def f():\n    from pipeline.job.engine import Job\n",
+        "tokenmill/deep.py": "from pipeline.job.graph import build_graph\nimport service.cli\nimport training.train\n",
+    })
+    assert upward(ImportGraph.read(tmp_path)) == [
+        "pipeline.demo -> tokenmill", "service.cli -> tokenmill.running", "tokenmill.deep -> pipeline.job.graph",
+        "tokenmill.deep -> service.cli", "tokenmill.deep -> training.train"]
 
 
 def test_cycle_report_is_a_closed_path() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipeline", "service", "training", "kernels")
+PACKAGES = ("pipeline", "service", "training", "kernels", "tokenmill")
 NUM = r"\d[\d,.]*"
 UNITS = r"(?:docs|documents|tokens|items|rows|records|lines|chunks|samples|requests|words|pages|files|shards)"
 SPEED = re.compile("|".join([
