@@ -96,6 +96,28 @@ def test_a_module_class_next_to_the_spec_is_validated_like_a_built_in(tmp_path: 
     ]
 
 
+def test_only_what_the_workers_cannot_import_travels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module from the spec's folder, and one it imports from there, go to Ray's workers by value; a module the
+    workers can import as usual (on the path already) does not."""
+    names = ["helper_words_t1", "uses_helper_t1", "on_path_stage_t1"]
+    (tmp_path / "helper_words_t1.py").write_text("WORDS = {'gamma'}\n")
+    (tmp_path / "uses_helper_t1.py").write_text("from helper_words_t1 import WORDS\n" + LOCAL_STAGE)
+    on_path = tmp_path / "on_path"
+    on_path.mkdir()
+    (on_path / "on_path_stage_t1.py").write_text(LOCAL_STAGE)
+    monkeypatch.syspath_prepend(str(on_path))
+    try:
+        load_spec(_spec(tmp_path, [{"type": "uses_helper_t1:NoGamma"}]))
+        load_spec(_spec(on_path, [{"type": "on_path_stage_t1:NoGamma"}]))
+        travelling = {m.__name__ for m in custom.travelling_modules()}
+        assert {"uses_helper_t1", "helper_words_t1"} <= travelling
+        assert "on_path_stage_t1" not in travelling
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+            custom._TRAVELLING.pop(name, None)
+
+
 def test_a_module_that_fails_to_import_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "broken_stage_module.py").write_text("raise RuntimeError('no config file')\n")
     with pytest.raises(SpecError) as caught:

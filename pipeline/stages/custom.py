@@ -30,7 +30,6 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from pipeline.stages.base import DatasetStage, Stage
 
@@ -136,6 +135,7 @@ def _import(module_name: str) -> ModuleType:
     folder = _FOLDERS.get(module_name)
     if folder is None or module_name in sys.modules:
         return importlib.import_module(module_name)
+    before = set(sys.modules)
     entry = str(folder)
     sys.path.insert(0, entry)
     try:
@@ -143,14 +143,29 @@ def _import(module_name: str) -> ModuleType:
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(entry)
-    for name, mod in list(sys.modules.items()):
-        if "." not in name and _inside(getattr(mod, "__file__", None), folder):
-            _TRAVELLING[name] = mod
+    for name in set(sys.modules) - before:  # the module, and what it imported from the folder beside it
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if "." not in name and isinstance(file, str) and _inside(file, folder) and not _found_elsewhere(name, file):
+            _TRAVELLING[name] = sys.modules[name]
     return module
 
 
-def _inside(file: Any, folder: Path) -> bool:
-    return isinstance(file, str) and os.path.realpath(file).startswith(os.path.realpath(folder) + os.sep)
+def _inside(file: str, folder: Path) -> bool:
+    return os.path.realpath(file).startswith(os.path.realpath(folder) + os.sep)
+
+
+def _found_elsewhere(name: str, file: str) -> bool:
+    """Whether top-level module ``name`` (``file``) is found without the spec's folder on the path (an installed
+    package, ``PYTHONPATH``): then a worker imports it as usual, and it need not travel."""
+    for finder in sys.meta_path:
+        try:
+            spec = finder.find_spec(name, None)
+        except (ImportError, AttributeError, ValueError):
+            continue
+        if spec is not None:
+            origin = spec.origin if spec.origin not in (None, "namespace") else None
+            return origin is not None and os.path.realpath(origin) == os.path.realpath(file)
+    return False
 
 
 def next_to_spec(stage_type: str, folder: str | os.PathLike[str]) -> None:
