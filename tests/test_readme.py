@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import readme_blocks as rb
+from tests.demo_install import demo_install_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,6 +57,7 @@ def _run(scenario: rb.Scenario, cwd: Path, timeout: float) -> subprocess.Complet
     venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENMILL_") or k == "TOKENMILL_IN_NETNS"}
     env |= {"PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1", "TERM": "dumb"}
+    env = demo_install_env(env)  # only what `make demo` installs may be imported (issue 39)
     proc = subprocess.Popen(["bash", str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
