@@ -36,13 +36,11 @@ def byte_level_alphabet() -> dict[str, int]:
     return chars
 
 
-def _read(tokenizer_json: str | Path) -> dict[str, Any]:
-    where = str(tokenizer_json)
+def _parse(text: str | bytes, where: str) -> dict[str, Any]:
     try:
-        text = storage.read_text(where) if "://" in where else Path(where).read_text()
         data = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TokenBytesError(f"tokenizer: cannot read {where}: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TokenBytesError(f"tokenizer: {where} does not parse: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise TokenBytesError(f"tokenizer: {where} is not a tokenizers JSON file (no model)")
     return data
@@ -56,9 +54,22 @@ def _is_byte_level(data: dict[str, Any]) -> bool:
 
 def token_byte_lengths(tokenizer_json: str | Path) -> np.ndarray:
     """int64 array indexed by token id: the UTF-8 byte length of that token's text (0 for added tokens and
-    for ids the vocabulary does not use). Raises :class:`TokenBytesError` for a tokenizer that is not
-    byte-level BPE, since other tokenizers' token texts are not exact byte strings."""
-    data = _read(tokenizer_json)
+    for ids the vocabulary does not use). ``tokenizer_json``: a local path or a storage URI (``s3://...``).
+    Raises :class:`TokenBytesError` for a file that cannot be read or a tokenizer that is not byte-level BPE,
+    since other tokenizers' token texts are not exact byte strings."""
+    where = str(tokenizer_json)
+    try:
+        text = storage.read_text(where) if "://" in where else Path(where).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenBytesError(f"tokenizer: cannot read {where}: {exc}") from None
+    return token_byte_lengths_of(text, where)
+
+
+def token_byte_lengths_of(text: str | bytes, where: str = "tokenizer.json") -> np.ndarray:
+    """:func:`token_byte_lengths` of a tokenizer's JSON text (fetched by a shard source, say); ``where`` names
+    it in errors."""
+    tokenizer_json = where
+    data = _parse(text, where)
     model = data["model"]
     if model.get("type") != "BPE" or not _is_byte_level(data):
         raise TokenBytesError(f"tokenizer: {tokenizer_json} is not a byte-level BPE tokenizer: bits per byte "

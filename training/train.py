@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.distributed as dist
 
-from kernels.attention import DocMask, select_backend
+from kernels.attention import select_backend
 from kernels.extras import missing_extra_message
 from pipeline.shard_format import Manifest
 from training import checkpoint as ckpt
@@ -35,6 +35,7 @@ from training.metrics import MetricsLogger, device_peak_flops, memory_stats
 from training.mixture_data import open_loader
 from training.model import PRESETS, Llama, ModelConfig, compiled_token_loss_sum, token_loss_sum
 from training.parallel import DistInfo, apply_deepspeed, apply_fsdp, fsdp_bf16_works, init_distributed, say
+from training.scoring import batch_inputs
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
@@ -210,22 +211,13 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ step
 
-    def _to_device(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DocMask]:
-        dev = self.info.device
-        ids = batch["input_ids"].to(dev, non_blocking=True)
-        pos = batch["position_ids"].to(dev, non_blocking=True)
-        labels = batch["labels"].to(dev, non_blocking=True)
-        mask = DocMask(batch["cu_seqlens"].to(dev, non_blocking=True), int(batch["max_seqlen"]),
-                       batch["seq_ids"].to(dev, non_blocking=True))
-        return ids, pos, labels, mask
-
     def train_step(self, micro_batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, GradNorm]:
         """One optimizer step over ``optim.grad_accum`` micro-batches. Every token that carries loss
         weighs the same whichever micro-batch or rank it is in: each micro-batch's loss sum is
         divided by the global count over all of them, so accumulating k micro-batches of b rows
         computes the same update as one batch of k * b rows."""
         dev = self.info.device
-        inputs = [self._to_device(b) for b in micro_batches]
+        inputs = [batch_inputs(b, dev) for b in micro_batches]  # as the validation pass does
         # one small all-reduce: the global count of tokens that carry loss this step, and whether any
         # rank was asked to stop (SIGTERM), so that all ranks checkpoint the same step and leave
         local = torch.stack([(labels != IGNORE_INDEX).sum() for _, _, labels, _ in inputs]).sum()
