@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the folders whose Python is the product (tests, bench and scripts are not)
-PRODUCT = ("pipeline", "service", "training", "kernels")
+PRODUCT = ("pipeline", "service", "training", "kernels", "tokenmill")
 
 
 @dataclass(frozen=True)

@@ -247,3 +247,11 @@ def test_the_control_plane_commands_as_written(tmp_path):
     audit = [line for line in out.splitlines() if "  POST /v1/jobs" in line]        # tokenmill audit
     assert any(" ok " in line and "(me, member of default)" in line for line in audit), audit
     assert any("/cancel" in line for line in audit) and any("/retry" in line for line in audit), audit
+
+
+# ---- docs/library.md and docs/writing-a-stage.md: tokenmill.apply, tokenmill.run, a stage of one's own ---------
+
+
+def test_the_library_pages_as_written(tmp_path):
+    result = _run(rb.scenarios()["library"], tmp_path, timeout=300)
+    assert "no_lorem:placeholder" in result.stdout and "'too_short': 1" in result.stdout, result.stdout[-3000:]
