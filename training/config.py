@@ -84,6 +84,14 @@ class CheckpointConfig(Strict):
     at_end: bool = True
 
 
+class EvalConfig(Strict):
+    every: int = Field(0, ge=0, description="steps between validation passes (and one at the last step); 0: off")
+    data: str | None = Field(None, description="validation shard set (a directory or an http(s) base URL); null: "
+                             "<data.path>/validation when the data's manifest names a validation split")
+    max_batches: int | None = Field(None, ge=1, description="score the first N batches of data.batch_size "
+                                    "sequences, in the set's order; null: the whole set")
+
+
 class TrainConfig(Strict):
     out_dir: str = "runs/train"
     seed: int = Field(0, ge=0)
@@ -93,6 +101,7 @@ class TrainConfig(Strict):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -73,7 +73,8 @@ class MetricsLogger:
             else:
                 self._tb = SummaryWriter(str(Path(out_dir) / "tb"))
 
-    def log(self, step: int, values: dict[str, Any]) -> None:
+    def log(self, step: int, values: dict[str, Any], group: str = "train") -> None:
+        """One JSON line (and TensorBoard scalars under ``group/``, e.g. ``eval/val_loss``)."""
         if not self.enabled:
             return
         record = {"step": step, **{k: v for k, v in values.items() if v is not None}}
@@ -81,7 +82,7 @@ class MetricsLogger:
         if self._tb is not None:
             for k, v in record.items():
                 if k != "step" and isinstance(v, int | float) and math.isfinite(v):
-                    self._tb.add_scalar(f"train/{k}", v, step)
+                    self._tb.add_scalar(f"{group}/{k}", v, step)
         shown = " ".join(f"{k}={_fmt(v)}" for k, v in record.items())
         print(shown, flush=True)
 

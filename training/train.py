@@ -4,7 +4,8 @@ One step: every rank takes one batch, the loss is summed over its valid tokens (
 carry the SFT ``loss_mask`` and document boundaries) and divided by the *global* count of valid
 tokens, so a token weighs the same whichever rank it landed on (FSDP/DeepSpeed average gradients
 over ranks, hence the extra factor ``world``). AdamW with linear warmup and cosine decay, gradient
-clipping; metrics every ``log.every`` steps; checkpoints with the loader's position, so a resumed run
+clipping; metrics every ``log.every`` steps; validation loss and bits per byte every ``eval.every`` steps and
+at the last (:mod:`training.validate`); checkpoints with the loader's position, so a resumed run
 repeats the uninterrupted one step for step.
 """
 
@@ -36,6 +37,7 @@ from training.mixture_data import open_loader
 from training.model import PRESETS, Llama, ModelConfig, compiled_token_loss_sum, token_loss_sum
 from training.parallel import DistInfo, apply_deepspeed, apply_fsdp, fsdp_bf16_works, init_distributed, say
 from training.scoring import batch_inputs
+from training.validate import Validator
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
@@ -172,13 +174,16 @@ class Trainer:
         self.gc_seconds = self._gc_started = self._gc_logged = 0.0
         self.peak = device_peak_flops(info.device, cfg.log.peak_flops)
         self.flops_per_token = self.mcfg.flops_per_token(self.manifest.seq_len)
+        self.validator = Validator.open(cfg, info, self.manifest, self.mcfg.vocab_size, self.mcfg.max_seq_len)
+        self.last_eval: dict[str, Any] = {}  # the last validation pass's figures, kept in checkpoints
 
     # ----------------------------------------------------------------------------- checkpoints
 
     def trainer_state(self) -> dict[str, Any]:
         return {"model": self.mcfg.to_dict(), "strategy": self.cfg.parallel.strategy,
                 "precision": self.precision, "world": self.info.world, "epoch": self.loader.epoch,
-                "grad_accum": self.cfg.optim.grad_accum, "source_tokens": self._consumed()}
+                "grad_accum": self.cfg.optim.grad_accum, "source_tokens": self._consumed(),
+                **({"eval": self.last_eval} if self.last_eval else {})}
 
     def _consumed(self) -> dict[str, int]:
         """Non-padding tokens consumed per mixture source, over all ranks, since the run's first step."""
@@ -205,6 +210,7 @@ class Trainer:
         except LoaderError as exc:
             raise ckpt.CheckpointError(f"{path}: {exc}") from None
         self.step = int(trainer["step"])
+        self.last_eval = trainer.get("eval") or {}
         saved = trainer.get("source_tokens") or {}
         self.source_tokens.copy_(torch.tensor([float(saved.get(n, 0)) for n in self.source_names],
                                               dtype=torch.float64))
@@ -293,6 +299,8 @@ class Trainer:
                     last = self._log(logger, window, t0, batch_tokens)
                     window.reset()
                     t0 = time.perf_counter()
+                if self.validator is not None and self.validator.due(self.step, max_steps):
+                    last.update(self._evaluate(self.validator, logger))  # before this step's checkpoint, which keeps it
                 every = cfg.checkpoint.every
                 if self.step == stop_at:
                     path = self.save()
@@ -315,6 +323,13 @@ class Trainer:
             logger.close()
             del batches
         return {"step": self.step, **last}
+
+    def _evaluate(self, validator: Validator, logger: MetricsLogger) -> dict[str, Any]:
+        """A validation pass on every rank (collective), logged as one ``eval`` metrics line."""
+        values = validator.run(self.engine if self.engine is not None else self.model)
+        self.last_eval = {"step": self.step, **values}
+        logger.log(self.step, values, group="eval")
+        return values
 
     def _time_gc(self, phase: str, _info: dict[str, Any]) -> None:
         """gc callback: total seconds spent in Python's garbage collector (logged as ``gc_s``)."""
