@@ -9,6 +9,7 @@ as one CPU model in one process, whatever world size wrote it (DCP re-shards on 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,9 @@ def model_from_checkpoint(ckpt_dir: str | Path) -> tuple[Llama, ModelConfig, str
     model = Llama(cfg, "sdpa")
     weights = {"model": model.state_dict()}
     try:
-        dcp.load(weights, checkpoint_id=str(path), no_dist=True)
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(weights, checkpoint_id=str(path), no_dist=True)
     except Exception as exc:  # a damaged or foreign checkpoint: name it rather than dump a traceback
         raise CheckpointError(f"{path}: cannot load the model weights: {type(exc).__name__}: {exc}") from None
     model.load_state_dict(weights["model"])
