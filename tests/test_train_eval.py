@@ -27,11 +27,13 @@ from pipeline.shard_format import Manifest
 from pipeline.tokenize import train_bpe
 from tests.test_loader_dist import REPO, torchrun
 from training import train
-from training.config import load_config
+from training.checkpoint import CheckpointError
+from training.config import ConfigError, load_config
+from training.parallel import DistInfo
 from training.scoring import model_from_checkpoint
 from training.synthetic import SYNTHETIC, random_packed
 from training.token_bytes import token_byte_lengths
-from training.validate import eval_location
+from training.validate import Validator, eval_location
 
 CONFIG = REPO / "training" / "configs" / "tiny.yaml"
 SEQ, STEPS, VAL_SAMPLES = 32, 3, 11  # 11 validation sequences in batches of 4: 4 + 4 + 3
@@ -184,3 +186,22 @@ def test_default_eval_data_is_the_validation_split_the_manifest_names(data: dict
     assert eval_location(cfg, manifest, 0) == str(data["train"] / "validation")
     off = load_config(CONFIG, [f"data.path={json.dumps(str(data['train']))}"])
     assert eval_location(off, manifest, 0) is None
+
+
+def test_a_validation_set_of_another_tokenizer_is_refused(data: dict[str, Any], tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    write_shard_set(other, random_packed(3, SEQ, 50), seq_len=SEQ, vocab_size=50, samples_per_shard=3,
+                    **{**SYNTHETIC, "tokenizer_hash": "another"})
+    cfg = load_config(CONFIG, [f"data.path={json.dumps(str(data['train']))}", "eval.every=1",
+                               f"eval.data={json.dumps(str(other))}"])
+    info = DistInfo(0, 1, 0, torch.device("cpu"))
+    with pytest.raises(ConfigError, match="^eval.data: .* another tokenizer"):
+        Validator.open(cfg, info, Manifest.load(data["train"]), 64, SEQ)
+
+
+def test_a_deepspeed_checkpoint_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "trainer.json").write_text(json.dumps({"step": 1, "strategy": "deepspeed", "model": {}}))
+    with pytest.raises(CheckpointError, match="DeepSpeed checkpoint: loading one for evaluation is not supported"):
+        model_from_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="no trainer.json"):
+        model_from_checkpoint(tmp_path / "missing")
