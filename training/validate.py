@@ -54,8 +54,10 @@ def eval_location(cfg: TrainConfig, manifest: Manifest, rank: int) -> str | None
     return join(data_path, entry["path"])
 
 
-def _byte_lengths(locations: list[str], vocab: int, rank: int) -> torch.Tensor | None:
-    """Bytes per token id from the first ``tokenizer.json`` found at ``locations``, padded to ``vocab``."""
+def _byte_lengths(locations: list[str], vocab: int, info: DistInfo) -> torch.Tensor | None:
+    """Bytes per token id from the first ``tokenizer.json`` found at ``locations``, padded to ``vocab``, on the
+    rank's device (looked up there for every batch)."""
+    rank = info.rank
     for location in locations:
         try:
             text, where = ShardSource(location).fetch(TOKENIZER, MAX_TOKENIZER_BYTES)
@@ -68,7 +70,7 @@ def _byte_lengths(locations: list[str], vocab: int, rank: int) -> torch.Tensor |
             return None
         out = np.zeros(max(vocab, len(lengths)), dtype=np.int64)
         out[: len(lengths)] = lengths
-        return torch.from_numpy(out)
+        return torch.from_numpy(out).to(info.device)
     say(rank, f"eval: no val_bpb: no {TOKENIZER} in {' or '.join(locations)}")
     return None
 
@@ -106,7 +108,7 @@ class Validator:
             batches = min(batches, cfg.eval.max_batches)
         # the same tokenizer (checked above by its hash): the set's own tokenizer.json, else the training data's
         places = [location] + ([cfg.data.path] if cfg.data.path and not is_mixture(cfg.data.path) else [])
-        token_bytes = _byte_lengths(places, model_vocab, info.rank)
+        token_bytes = _byte_lengths(places, model_vocab, info)
         say(info.rank, f"eval: {batches} batch(es) of {location} every {cfg.eval.every} steps and at the end")
         return cls(source, manifest, token_bytes, cfg.data.batch_size, batches, cfg.eval.every, info)
 
