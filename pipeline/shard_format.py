@@ -433,6 +433,7 @@ class ShardInfo:
 
 
 _SHARD_FIELDS = {f.name for f in fields(ShardInfo)}
+_VALIDATION_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass
@@ -452,6 +453,9 @@ class Manifest:
     shards: list[ShardInfo] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``{"path": "validation", "documents", "samples", "tokens"}``: the output's validation split, a shard set
+    #: of its own in that folder (``output.validation``); absent from the file when None
+    validation: dict[str, Any] | None = None
 
     @property
     def total_samples(self) -> int:
@@ -497,6 +501,20 @@ class Manifest:
         _typed(self.extra, "extra", dict)
         if _too_deep(self.extra, MAX_JSON_DEPTH):
             raise ShardFormatError(f"extra: nested deeper than {MAX_JSON_DEPTH} levels")
+        if self.validation is not None:
+            self._validate_validation(self.validation)
+
+    @staticmethod
+    def _validate_validation(entry: object) -> None:
+        """``validation``: a folder name beside the manifest and three counts."""
+        _typed(entry, "validation", dict)
+        assert isinstance(entry, dict)
+        _keys(entry, {"path", "documents", "samples", "tokens"}, set(), "validation.")
+        _typed(entry["path"], "validation.path", str)
+        if not _VALIDATION_PATH.fullmatch(entry["path"]):
+            raise ShardFormatError("validation.path: must be a folder name beside the manifest")
+        for key in ("documents", "samples", "tokens"):
+            _int(entry[key], f"validation.{key}", 0, 1 << 62)
 
     def _validate_shard(self, i: int, s: object, names: set[str], digests: set[str]) -> None:
         """Shard entry ``i``; ``names`` and ``digests`` (those of the entries before it) get its own."""
@@ -548,7 +566,7 @@ class Manifest:
             raise ShardFormatError(f"format_version: unsupported shard format version "
                                    f"{version if type(version) is int else _kind(version)}")
         totals = {k: data.pop(k, None) for k in TOTALS}
-        _keys(data, {f.name for f in fields(cls)}, {"format_version", "extra"}, "")
+        _keys(data, {f.name for f in fields(cls)}, {"format_version", "extra", "validation"}, "")
         data["shards"] = entries(data["shards"], "shards", ShardInfo, _SHARD_FIELDS, {"partial"})
         manifest = cls(**data).validate()
         check_totals(manifest, totals, "shards")
@@ -575,14 +593,20 @@ def _keys(data: dict[str, Any], known: set[str], optional: set[str], prefix: str
 
 #: the fields a counted file states beside its own
 TOTALS = ("total_samples", "total_tokens")
+#: fields a counted file has only when set (a manifest's ``validation``)
+OMITTED_WHEN_NONE = ("validation",)
 _R = TypeVar("_R")
 _E = TypeVar("_E")
 
 
 def counted_json(record: Any) -> str:
-    """``record`` (a dataclass with ``validate()`` and the :data:`TOTALS` properties), validated, as its file."""
+    """``record`` (a dataclass with ``validate()`` and the :data:`TOTALS` properties), validated, as its file; an
+    optional field added later (:data:`OMITTED_WHEN_NONE`) is left out when None, so earlier files keep their bytes."""
     record.validate()
     data = asdict(record)
+    for key in OMITTED_WHEN_NONE:
+        if key in data and data[key] is None:
+            del data[key]
     for key in TOTALS:
         data[key] = getattr(record, key)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

@@ -153,6 +153,21 @@ class PackingSpec(Strict):
     range_docs: int = Field(4096, ge=1)
 
 
+class ValidationSpec(Strict):
+    """``output.validation``: documents held out of training as a shard set of their own (``OUT/validation/``),
+    chosen after curation by a hash of a key per document (pipeline/output/validation.py): exactly one of
+    ``share`` (of the curated documents, at least one) or ``documents`` (at least that many)."""
+
+    share: float | None = Field(None, gt=0.0, lt=1.0)
+    documents: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ValidationSpec:
+        if (self.share is None) == (self.documents is None):
+            raise ValueError("give exactly one of share or documents")
+        return self
+
+
 class OutputSpec(Strict):
     path: str
     samples_per_shard: int = Field(1024, gt=0)
@@ -170,6 +185,8 @@ class OutputSpec(Strict):
     #: earlier outputs the dataset card compares this one with, oldest first (a schedule sets its versions);
     #: the card only, so it is not part of the spec's hash (pipeline/card)
     card_compare: list[str] = Field(default_factory=list, max_length=1000)
+    #: a validation split: ``{share: 0.005}`` or ``{documents: N}``; None: none (and not in the spec's hash)
+    validation: ValidationSpec | None = None
 
 
 class ExecutionSpec(Strict):
@@ -217,9 +234,22 @@ class JobSpec(Strict):
         if self.tokenizer is None and self.output.documents is None:
             found.append(Problem(("tokenizer",), "null (a documents-only job) needs output.documents: parquet or jsonl",
                                  "documents_required"))
+        found += self._validation_problems()
         if found:
             raise validation_error(type(self).__name__, found)
         return self
+
+    def _validation_problems(self) -> list[Problem]:
+        """``output.validation`` is a shard set of the output's own: it needs a tokenizer and one training set."""
+        if self.output.validation is None:
+            return []
+        if self.tokenizer is None:
+            return [Problem(("output", "validation"), "needs a tokenizer (the split is a shard set); "
+                            "a documents-only job has none", "validation_needs_tokenizer")]
+        if self.output.split_by:
+            return [Problem(("output", "validation"), "cannot be combined with output.split_by (one validation "
+                            "split for one training shard set)", "validation_with_split_by")]
+        return []
 
     def stage_params(self, index: int) -> BaseModel:
         """The validated ``Params`` of stage ``index`` (parsed once, when the spec was)."""
@@ -232,6 +262,8 @@ class JobSpec(Strict):
         data["execution"] = {"seed": self.execution.seed}
         if self.output.rejected_sample == 1.0:  # a field added later: its default keeps earlier outputs' hashes
             del data["output"]["rejected_sample"]
+        if self.output.validation is None:  # the same for output.validation
+            del data["output"]["validation"]
         for item in data["inputs"]:  # the same for inputs[].max_record_bytes and inputs[].limit
             if item["max_record_bytes"] == DEFAULT_MAX_RECORD_BYTES:
                 del item["max_record_bytes"]

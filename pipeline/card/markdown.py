@@ -113,8 +113,8 @@ def render(d: CardData, figures: Sequence[str], extra: Sequence[str] = ()) -> st
     out = ["---", yaml.safe_dump(front_matter(d), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
            f"# {escape(d.name)}", "", "Written by tokenmill from what the job recorded (`stats.json`, `manifest.json`, "
            "`card/spec.yaml`, a sample of `rejected/`). `tokenmill card OUT` rebuilds it.", ""]
-    for section in (_loading, _sources, _pipeline, _funnel, _languages, _lengths, _tokens, _pii, _contamination,
-                    _tokenizer, _redacted):
+    for section in (_loading, _sources, _pipeline, _funnel, _languages, _lengths, _tokens, _validation, _pii,
+                    _contamination, _tokenizer, _redacted):
         text = section(d, figures)
         if text:
             out += [text, ""]
@@ -224,6 +224,22 @@ def _tokens(d: CardData, figs: Sequence[str]) -> str:
             ["utilization", f"{100 * float(packing.get('utilization', 0)):.2f} %"],
             ["documents cut at a sequence end", packing.get("docs_cut")]]
     return "\n".join(["## Tokens and packing", "", table(["", ""], rows)])
+
+
+def _validation(d: CardData, figs: Sequence[str]) -> str:
+    """``output.validation``: the held-out split's size and what keeping near duplicates out of training cost."""
+    v = d.stats.get("validation")
+    if not isinstance(v, dict):
+        return ""
+    how = ("id; the job's near_dedup stage left one document per near-duplicate cluster, so clusters stay on one "
+           "side") if v.get("key") == "id" else (
+        f"MinHash-LSH key (near_dedup's kernel); {int(v.get('dropped_near_validation', 0)):,} documents sharing an "
+        "LSH band with a held-out one were left out of training, so near duplicates stay on one side")
+    return "\n".join(["## Validation split", "", (
+        f"`{escape(v.get('path'))}/`: {int(v.get('documents', 0)):,} documents held out of training, "
+        f"{int(v.get('samples', 0)):,} samples and {int(v.get('tokens', 0)):,} tokens, a shard set of its own with "
+        f"this tokenizer (its texts in `{escape(v.get('path'))}/documents.jsonl`). Chosen by a hash of each "
+        f"document's {how}.")])
 
 
 def _pii(d: CardData, figs: Sequence[str]) -> str:

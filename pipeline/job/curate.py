@@ -22,6 +22,7 @@ from ray.actor import ActorHandle
 from pipeline import storage
 from pipeline.dedup.index import DedupIndexError
 from pipeline.job import events as ev
+from pipeline.job import validation
 from pipeline.job.errors import JobError
 from pipeline.job.graph import READ_KEY, build_graph
 from pipeline.job.records import Counters, CurateResult, GroupRecord, whole
@@ -43,11 +44,16 @@ CURATE_ATTEMPTS = 3
 def run(ctx: PhaseContext) -> CurateResult:
     """The phase: curate from empty folders into ``work/curated``, then split into ``work/groups/<value>``."""
     work, stage = ctx.work, ctx.stage
+    held_out = ctx.spec.output.validation is not None  # curated into work/all, then split (pipeline/job/validation.py)
     for folder in (storage.join(work, "curated"), storage.join(work, "groups"), storage.join(stage, "rejected"),
-                   storage.join(stage, "index")):
+                   storage.join(stage, "index"), *([storage.join(work, "all"), storage.join(work, "validation-keys")]
+                                                    if held_out else [])):
         storage.rmtree(folder)
-    storage.makedirs(storage.join(work, "curated"))
-    result = curate(ctx.spec, storage.join(work, "curated"), stage, ctx.par, ctx.emit, ctx.check_cancel)
+    curated = storage.join(work, "all" if held_out else "curated")
+    storage.makedirs(curated)
+    result = curate(ctx.spec, curated, stage, ctx.par, ctx.emit, ctx.check_cancel)
+    if held_out and result.docs:
+        return validation.split(ctx, result, curated)
     if ctx.spec.output.split_by and result.docs:
         return CurateResult(result.parts, result.stages, result.files, result.attempts, result.repeated_reports,
                             _split(ctx, result.parts, ctx.spec.output.split_by), result.inputs, result.overhead)

@@ -6,6 +6,7 @@ Everything is written into the stage folder first and published into the output 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -26,15 +27,17 @@ from pipeline.job.records import (
     Seconds,
     Stats,
     TokenizeTotals,
+    ValidationRecord,
     WriteResult,
     group_stage_dir,
 )
-from pipeline.job.state import WorkState, clear
+from pipeline.job.state import JsonObject, WorkState, clear
 from pipeline.job.tasks import PhaseContext
 from pipeline.job.write import range_bounds, worker_encoder
 from pipeline.output.curated import Part, export_documents, profile_documents, sorted_parts
 from pipeline.output.documents_meta import DOCUMENTS_INDEX_NAME, MetaPlan, json_plan, unify_meta
 from pipeline.output.shard_set import write_manifest
+from pipeline.output.validation import VALIDATION
 from pipeline.shard_format import STATS, TOKENIZER, Manifest, token_dtype
 from pipeline.spec import JobSpec
 from pipeline.tokenize import TokenizerInfo
@@ -45,9 +48,13 @@ def run(ctx: PhaseContext, state: WorkState, curated: CurateResult, written: lis
     """Stage the outputs, commit them; returns the stats and the output's own manifest (None for a job
     without shards, or with one shard set per ``output.split_by`` group)."""
     documents = _export_documents(ctx, curated) if ctx.spec.output.documents else None
-    stats = job_stats(ctx.spec, curated, written, state, documents, ctx.par, time.perf_counter() - t_start)
+    train = [r for r in written if r.group != VALIDATION] if written is not None else None
+    held = next((r for r in written or [] if r.group == VALIDATION), None)
+    stats = job_stats(ctx.spec, curated, train, state, documents, ctx.par, time.perf_counter() - t_start)
+    if held is not None and curated.validation is not None:
+        stats = dataclasses.replace(stats, validation=_validation_stats(curated.validation, held))
     storage.write_text(storage.join(ctx.stage, STATS), json.dumps(stats.to_json(), indent=2) + "\n")
-    manifest = _stage_manifests(ctx, written) if written is not None else None
+    manifest = _stage_manifests(ctx, written, held) if written is not None else None
     _stage_card(ctx, _worker_token_counts(ctx, written[0].info) if written else None)
     ctx.check_cancel()
     commit()
@@ -119,18 +126,33 @@ def _meta_plan(ctx: PhaseContext, curated_dir: str, parts: ObjectRef[list[Part]]
     return unify_meta(ctx.tasks.get_all(task.remote(curated_dir, parts, lo, hi) for lo, hi in bounds))
 
 
-def _stage_manifests(ctx: PhaseContext, written: list[WriteResult]) -> Manifest | None:
-    """A manifest per shard set; a group's folder gets the tokenizer too, being a shard set of its own."""
+def _stage_manifests(ctx: PhaseContext, written: list[WriteResult], held: WriteResult | None) -> Manifest | None:
+    """A manifest per shard set; a group's folder (``validation/`` too) gets the tokenizer, being a shard set of its
+    own. Returns the output's own manifest (None with one per ``output.split_by`` group), which names the
+    validation split's when there is one."""
     tok_text = storage.read_text(storage.join(ctx.stage, TOKENIZER)) if any(r.group for r in written) else ""
-    manifests = []
+    own = None
     for r in written:
         folder = group_stage_dir(ctx.stage, r.group)
         m = manifest(ctx.spec, r)
+        if not r.group:
+            own = m = dataclasses.replace(m, validation=_validation_entry(held)) if held is not None else m
         write_manifest(folder, m)
         if r.group:
             storage.write_text(storage.join(folder, TOKENIZER), tok_text)
-        manifests.append(m)
-    return manifests[0] if len(written) == 1 and not written[0].group else None
+    return own
+
+
+def _validation_entry(held: WriteResult) -> dict[str, object]:
+    """The output manifest's ``validation``: where the split's shard set is and what it holds."""
+    return {"path": VALIDATION, "documents": held.tokenize.docs, "samples": sum(s.samples for s in held.shards),
+            "tokens": sum(s.tokens for s in held.shards)}
+
+
+def _validation_stats(record: ValidationRecord, held: WriteResult) -> JsonObject:
+    """``stats.json``'s ``validation``: the split's size, and the training documents it cost."""
+    return {**_validation_entry(held), "shards": len(held.shards), "dropped_near_validation": record.dropped,
+            "key": record.key}
 
 
 def manifest(spec: JobSpec, r: WriteResult) -> Manifest:

@@ -23,7 +23,8 @@ def drop(out: str, work: str, stage: str, state: WorkState) -> None:
     with contextlib.suppress(OSError):
         if state.done("curate") is None:
             for folder in (storage.join(work, "curated"), storage.join(work, "groups"),
-                           storage.join(stage, "rejected"), storage.join(stage, "index")):
+                           storage.join(stage, "rejected"), storage.join(stage, "index"),
+                           storage.join(work, "all"), storage.join(work, "validation-keys")):  # output.validation
                 storage.rmtree(folder)
         if not storage.is_remote(out):  # an object store keeps no half-written object (an upload is aborted)
             for path in temp_files(storage.local_path(out)):

@@ -68,6 +68,33 @@ def whole(parts: list[Part]) -> list[GroupRecord]:
 
 
 @dataclass(frozen=True)
+class ValidationRecord:
+    """``output.validation``: the held-out documents' parts (``work/groups/validation``), the training documents
+    dropped as near duplicates of one, and what the documents were keyed by (pipeline/output/validation.py)."""
+
+    parts: list[Part]
+    dropped: int
+    key: str
+
+    @property
+    def docs(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def group(self) -> GroupRecord:
+        """The shard set the write phase packs (``OUT/validation/``)."""
+        return GroupRecord("validation", self.parts)
+
+    def to_json(self) -> JsonObject:
+        return {"parts": [p.to_json() for p in self.parts], "docs": self.docs, "dropped": self.dropped,
+                "key": self.key}
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> ValidationRecord:
+        return cls([Part.from_json(p) for p in data["parts"]], int(data["dropped"]), str(data["key"]))
+
+
+@dataclass(frozen=True)
 class CurateResult:
     """What the curate phase kept: the curated parts, their groups, every stage's counters."""
 
@@ -85,6 +112,8 @@ class CurateResult:
     inputs: tuple[JsonObject, ...] = ()
     #: worker-seconds of the phase's own steps outside every stage: ``write_parts`` (the kept documents written)
     overhead: dict[str, float] = field(default_factory=dict)
+    #: ``output.validation``: the held-out documents (``parts`` are then the training documents only)
+    validation: ValidationRecord | None = None
 
     @property
     def input_starts(self) -> tuple[int, ...]:
@@ -110,6 +139,8 @@ class CurateResult:
                             "overhead": self.overhead}
         if self.split:
             data["groups"] = {g.name: {"parts": [p.to_json() for p in g.parts], "docs": g.docs} for g in self.groups}
+        if self.validation is not None:
+            data["validation"] = self.validation.to_json()
         return data
 
     @classmethod
@@ -119,7 +150,8 @@ class CurateResult:
                   ] if "groups" in data else whole(parts)
         return cls(parts, data["stages"], int(data["files"]), int(data["attempts"]),
                    dict(data.get("repeated_reports") or {}), groups,
-                   tuple(data.get("inputs") or ()), dict(data.get("overhead") or {}))
+                   tuple(data.get("inputs") or ()), dict(data.get("overhead") or {}),
+                   ValidationRecord.from_json(data["validation"]) if "validation" in data else None)
 
 
 # ---- tokenizer ---------------------------------------------------------------------------------------
@@ -387,6 +419,9 @@ class Stats:
     #: (:meth:`coverage`); the write phase's ``idle`` (no task to run) and ``dispatch`` (a task submitted,
     #: not started yet), as its scheduler measured them
     overhead: dict[str, dict[str, float]] | None = None
+    #: ``output.validation``: the split's documents, samples, tokens and shards, the training documents dropped as
+    #: near duplicates of a held-out one, and the key (pipeline/output/validation.py)
+    validation: JsonObject | None = None
 
     def to_json(self) -> JsonObject:
         """The keys in the order ``stats.json`` has always had them."""
@@ -399,6 +434,8 @@ class Stats:
             data["writers"] = self.writers
         data["stages"] = [{"stage": k, **v} for k, v in sorted(self.stages.items())]
         data["output"] = asdict(self.output)
+        if self.validation is not None:
+            data["validation"] = self.validation
         if self.documents is not None:
             data["documents"] = asdict(self.documents)
         data["seconds"] = self.seconds.to_json()

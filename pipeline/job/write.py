@@ -85,15 +85,18 @@ class PackConfig:
 
 
 def run(ctx: PhaseContext, curated: CurateResult, tok: TokenizerRecord) -> list[WriteResult]:
-    """Every group's shard set, in group order (one unnamed group without ``output.split_by``)."""
+    """Every group's shard set, in group order (one unnamed group without ``output.split_by``), then the
+    validation split's (``output.validation``)."""
     idle = IdleClock(ctx.par)
     tok_json, info = tokenizer.load(ctx, tok)
     p = ctx.spec.packing
     cfg = PackConfig(p.seq_len, p.method, p.max_open, token_dtype(info.vocab_size).name,
                      ctx.spec.output.samples_per_shard, curated.input_starts)
     results, before = [], 0
-    for group in curated.groups:
-        results.append(_ShardSetTasks(ctx, group, tok_json, info, cfg, before, curated.docs, idle).run())
+    groups = [*curated.groups, *([curated.validation.group] if curated.validation else [])]  # OUT/validation/ last
+    total = sum(g.docs for g in groups)
+    for group in groups:
+        results.append(_ShardSetTasks(ctx, group, tok_json, info, cfg, before, total, idle).run())
         before += group.docs
     return results
 

@@ -21,7 +21,7 @@ from pipeline.output.curated import Part, parquet_file, worker_name, write_parqu
 UNKNOWN = "_unknown"
 #: names the output folder uses itself (see "What a job writes")
 RESERVED = frozenset({"shards", "documents", "rejected", "index", "manifest.json", "stats.json", "tokenizer.json",
-                      "README.md", "CARD.md", "card"})
+                      "README.md", "CARD.md", "card", "validation"})
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 

@@ -21,8 +21,9 @@ PUBLISHED_FILES = ("manifest.json", "stats.json", "tokenizer.json", "documents.j
 #: ``card/``: the dataset card's figures and the spec it names (pipeline/card)
 PUBLISHED_FOLDERS = ("shards", "rejected", "index", "documents", "card")
 PUBLISHED = PUBLISHED_FILES + PUBLISHED_FOLDERS
-#: ``output.split_by``: one shard set per group in ``OUT/<group>/`` (pipeline/output/groups.py)
-GROUP_FILES = ("manifest.json", "tokenizer.json")
+#: ``output.split_by``: one shard set per group in ``OUT/<group>/`` (pipeline/output/groups.py); ``output.validation``
+#: is one too, in ``OUT/validation/``, with its documents' text (pipeline/output/validation.py)
+GROUP_FILES = ("manifest.json", "tokenizer.json", "documents.jsonl")
 GROUP_FOLDERS = ("shards",)
 _GROUP = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 PRIVATE = ".tokenmill"

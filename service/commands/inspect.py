@@ -56,6 +56,10 @@ def _print_manifest(out: Path, manifest: Any) -> None:
     print(f"fill        {manifest.total_tokens / max(1, manifest.total_samples * manifest.seq_len):.2%}")
     print(f"bos/eos/pad {manifest.bos_id}/{manifest.eos_id}/{manifest.pad_id}   loss mask: {manifest.has_loss_mask}")
     print(f"spec        {manifest.spec_hash[:16]}   tokenizer {manifest.tokenizer_hash[:16]}")
+    if manifest.validation:  # output.validation: a shard set of its own beside this one
+        v = manifest.validation
+        print(f"validation  {v['documents']} documents, {v['samples']} samples, {v['tokens']} tokens in "
+              f"{out / v['path']} (inspect it as a shard set)")
 
 
 def _print_samples(out: Path, manifest: Any, count: int, full: bool) -> None:
