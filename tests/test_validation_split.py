@@ -13,9 +13,21 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from pipeline.output.validation import document_keys, key_config, split_documents
+from pipeline.dedup.near_config import NearConfig, NearDedupParams
+from pipeline.output.curated import Part, write_parquet
+from pipeline.output.validation import (
+    document_keys,
+    held_bands,
+    key_config,
+    key_part,
+    split_documents,
+    split_part,
+    threshold,
+)
 from pipeline.problems import SpecError
 from pipeline.shard_format import Manifest, ShardFormatError, ShardInfo
 from pipeline.spec import parse_spec
@@ -35,8 +47,9 @@ def _near(text: str) -> str:
     return " ".join(words)
 
 
-def _jaccard(cfg, a: str, b: str) -> float:
-    x, y = cfg.near.shingle_sets([a, b])
+def _jaccard(a: str, b: str) -> float:
+    """Jaccard of the two texts' shingle sets, as near_dedup verifies pairs (its default parameters)."""
+    x, y = NearConfig.from_params(NearDedupParams()).shingle_sets([a, b])
     inter = len(np.intersect1d(x, y))
     return inter / (len(x) + len(y) - inter)
 
@@ -94,7 +107,7 @@ def test_near_duplicates_and_exact_duplicates_land_on_one_side():
     texts = [t for b in base for t in (b, _near(b))] + base[:100]  # 1500 near pairs, 100 exact copies
     ids = [f"n{i}" for i in range(len(texts))]
     cfg = key_config(["normalize"])
-    assert min(_jaccard(cfg, texts[2 * i], texts[2 * i + 1]) for i in range(20)) > 0.88
+    assert min(_jaccard(texts[2 * i], texts[2 * i + 1]) for i in range(20)) > 0.88
     held, dropped = split_documents(ids, texts, cfg, share=0.05)
     train = set(ids) - held - dropped
     sel, bands = document_keys(ids, texts, cfg)
@@ -117,6 +130,33 @@ def test_share_and_documents_are_honoured():
     assert 200 - 4 * 14 <= len(held) <= 200 + 4 * 14  # binomial: within four standard deviations
     assert len(split_documents(ids, texts, cfg, documents=123)[0]) == 123  # distinct documents: exactly N
     assert len(split_documents(ids[:50], texts[:50], cfg, share=0.0001)[0]) == 1  # at least one
+
+
+@pytest.mark.parametrize("size", [{"documents": 40}, {"share": 0.05}])
+def test_part_by_part_the_split_is_the_whole_corpus_split(tmp_path, size):
+    """What a job's tasks do per curated part (key, threshold, held-out bands, split) gives the one-process answer."""
+    base = _texts(300, seed=5)
+    texts = [t for b in base for t in (b, _near(b))]
+    ids = [f"p{i}" for i in range(len(texts))]
+    cfg, parts, bounds = key_config(["normalize"]), [], [0, 170, 171, 600]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        name = f"part-{lo:020d}.parquet"
+        write_parquet(pa.table({"id": ids[lo:hi], "ord": list(range(lo, hi)), "text": texts[lo:hi]}),
+                      str(tmp_path / "all" / name))
+        parts.append(Part(name, hi - lo, lo))
+    folder, keys = str(tmp_path / "all"), str(tmp_path / "keys")
+    lows = [key_part(folder, p, cfg, keys, size.get("documents", 1)) for p in parts]
+    cut = threshold(size.get("share"), size.get("documents"), lows)
+    held = np.unique(np.concatenate([held_bands(keys, p, cut) for p in parts]))
+    out = [split_part(folder, p, keys, cut, held, str(tmp_path / "train"), str(tmp_path / "val")) for p in parts]
+    got = {d for s in out if s.validation for d in _part_ids(tmp_path / "val", s.validation)}
+    train = {d for s in out if s.train for d in _part_ids(tmp_path / "train", s.train)}
+    want, dropped = split_documents(ids, texts, cfg, **size)
+    assert got == want and train == set(ids) - want - dropped and sum(s.dropped for s in out) == len(dropped)
+
+
+def _part_ids(folder: Path, part: Part) -> list[str]:
+    return pq.read_table(folder / part.name)["id"].to_pylist()
 
 
 # ---- the manifest's entry --------------------------------------------------------------------------------------
