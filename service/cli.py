@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("service.commands.inspect", "summarize a shard set, verify checksums, decode samples"),
     "plan": ("training.plan", "compute-optimal sizes, memory and cost"),
     "train": ("training.train", "train on a shard set"),
+    "eval": ("training.evaluate.cli", "score a checkpoint: bits per byte of held-out text, benchmark tasks"),
     "ablate": ("service.commands.ablate", "train proxy models on pipeline variants and compare them"),
     "mix": ("service.commands.mix", "blend shard sets by weight or token budget into a mixture"),
     "report": ("pipeline.filters.report", "what each filter would drop, from an annotate-mode output"),
