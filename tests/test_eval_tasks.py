@@ -30,7 +30,7 @@ from training.evaluate.answer import answer_results
 from training.evaluate.bench import ANSWER_FORMATS, CHOICE_FORMATS, read_records
 from training.evaluate.choice import choice_loglikelihoods, choice_results
 from training.evaluate.contamination import found_items, split
-from training.evaluate.heldout import text_results
+from training.evaluate.heldout import shard_results, text_results
 from training.evaluate.results import ItemResult, summarize
 from training.evaluate.scorer import Scorer, load_scorer, windows
 from training.model import Llama, ModelConfig
@@ -167,6 +167,13 @@ def test_bpb_of_jsonl_text_equals_by_hand(run, scorer):
     report = summarize("bpb", list(text_results(scorer, run["files"]["text"], None)))
     assert (report["items"], report["bytes"]) == (4, nbytes)
     assert report["value"] == pytest.approx(nll / math.log(2) / nbytes, rel=1e-6)
+
+
+def test_bpb_of_documents_is_the_same_as_a_shard_set_or_as_jsonl(run, scorer, tmp_path):
+    """The shard set holds TEXTS[:8] as the pipeline packs documents (BOS, text, EOS): the same figure."""
+    text = _jsonl(tmp_path / "same.jsonl", [{"text": t} for t in TEXTS[:8]])
+    shards = summarize("bpb", list(shard_results(scorer, str(run["data"]), None)))
+    assert summarize("bpb", text_results(scorer, text, None)) == pytest.approx(shards, rel=1e-6)
 
 
 @pytest.mark.parametrize("n,context,min_context", [(10, 1, 1), (300, 1, 1), (300, 200, 64), (129, 5, 64)])

@@ -3,6 +3,6 @@ checks against, and, given the job that made the training data, on the benchmark
 
 One module per kind of task (:mod:`.heldout`: bits per byte of text; :mod:`.choice`: multiple choice by
 log-likelihood; :mod:`.answer`: bits per byte of a reference answer given its prompt), all scored by
-:mod:`.scorer` with the trainer's own loss (:func:`training.scoring.token_nll`); :mod:`.bench` reads the
+:mod:`.scorer` with the trainer's own loss (``token_loss_sum`` per item, :mod:`.rows`); :mod:`.bench` reads the
 benchmark files, :mod:`.contamination` the job's record, :mod:`.report` writes the JSON and the table.
 """

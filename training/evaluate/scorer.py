@@ -1,9 +1,9 @@
-"""The log-likelihood of a text given a context, with the trainer's loss (:func:`training.scoring.token_nll`).
+"""The log-likelihood of a target text given a context, with the trainer's loss (:mod:`.rows`).
 
-A sequence is one document of a batch: the context's tokens carry ``loss_mask`` 0 and the target's 1, so the
-loss is the summed negative log-probability of each target token given everything before it, exactly what the
-trainer minimizes. A sequence longer than the model's ``max_seq_len`` is scored in windows (:func:`windows`):
-each target token is predicted once, from at least ``min_context`` tokens before it where the sequence has them.
+A request is one document of a batch: the context's tokens carry ``loss_mask`` 0 and the target's 1, so its
+score is the summed negative log-probability of each target token given everything before it, what the trainer
+minimizes. A sequence longer than the model's ``max_seq_len`` is scored in windows (:func:`windows`): each
+target token is predicted once, from at least ``min_context`` tokens before it where the sequence has them.
 """
 
 from __future__ import annotations
