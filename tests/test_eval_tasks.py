@@ -21,6 +21,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from tokenizers import Tokenizer
 
+import tokenmill
 from kernels.attention import DocMask
 from pipeline.decontam.index import read_items
 from pipeline.output.shard_set import write_shard_set
@@ -214,6 +215,22 @@ def test_contamination_split_puts_exactly_the_found_items_in_found(tmp_path):
     clean, hit = split(results, found_items(job))
     assert [r.id for r in hit] == ["mmlu-x-1", "mmlu.jsonl:4"]
     assert [r.id for r in clean] == ["mmlu-x-0", "mmlu-x-2"]  # gsm8k's mmlu-x-2 is another benchmark's item
+
+
+def test_the_items_a_decontaminate_stage_finds_are_the_items_split_off(run, scorer, tmp_path):
+    """The stage itself (in process, as a job's worker runs it) finds a page's items; its counters, as stats.json
+    records them, name exactly the items the evaluation puts in ``found``."""
+    page = "Quiz night at the pub. Which planet is red? Mars of course, said everyone."
+    applied = tokenmill.apply("decontaminate", [{"text": page}, {"text": "nothing to see here at all"}],
+                              {"benchmarks": [run["files"]["mmlu"], run["files"]["gsm8k"]]})
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "stats.json").write_text(json.dumps({"stages": [
+        {"stage": "02-decontaminate", "counters": dict(applied.metrics.counters)}]}))
+    found = found_items(str(job))
+    mmlu = choice_results(scorer, [CHOICE_FORMATS["mmlu"](r) for r in read_records(run["files"]["mmlu"])])
+    gsm8k = answer_results(scorer, [ANSWER_FORMATS["gsm8k"](r) for r in read_records(run["files"]["gsm8k"])])
+    assert [[r.id for r in split(results, found)[1]] for results in (mmlu, gsm8k)] == [["mmlu-x-1"], ["gsm8k-test-1"]]
 
 
 def _cli(*args: str) -> int:
