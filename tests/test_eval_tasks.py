@@ -256,7 +256,11 @@ def test_cli_writes_json_and_markdown_with_the_clean_split(run, tmp_path, capsys
     assert t["val"]["items"] == 8 and t["val"]["value"] > 0 and "found" not in t["val"]
     table = capsys.readouterr().out
     assert table == out_md.read_text()
-    assert "| mmlu ⚠ | accuracy |" in table and "| gsm8k ⚠ | bpb |" in table and "| humaneval | bpb |" in table
+    assert "| task | metric | all | items | clean | clean items | found |" in table
+    mmlu = next(line for line in table.splitlines() if line.startswith("| mmlu ⚠ | accuracy |"))
+    assert mmlu.endswith(" | 3 | " + " (norm ".join(f"{t['mmlu']['clean'][k]:.4f}" for k in ("value", "acc_norm"))
+                         + ") | 2 | 1 |"), mmlu
+    assert "| gsm8k ⚠ | bpb |" in table and "| humaneval | bpb |" in table and "| val | bpb |" in table
     again = tmp_path / "again.json"
     assert _cli("--model", str(run["ckpt"]), "--tasks", tasks, "--job", job, "--json", str(again)) == 0
     assert json.loads(again.read_text()) == report  # deterministic

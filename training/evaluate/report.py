@@ -28,7 +28,7 @@ def markdown(report: dict[str, Any]) -> str:
     items is flagged."""
     tasks: dict[str, dict[str, Any]] = report["tasks"]
     with_job = any("found" in t for t in tasks.values())
-    head = ["task", "metric", "all items", "items"] + (["clean items", "clean", "found"] if with_job else [])
+    head = ["task", "metric", "all", "items"] + (["clean", "clean items", "found"] if with_job else [])
     rows = []
     for name, t in tasks.items():
         row = [name + (f" {FLAG}" if t.get("found") else ""), t["metric"], _value(t), t["items"]]
