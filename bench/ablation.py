@@ -57,7 +57,7 @@ CURATED = [{"type": "normalize"},
            {"type": "exact_dedup"},
            {"type": "near_dedup", "params": {"threshold": 0.7}}]
 #: size of a full and a --quick run: raw corpus megabytes, tokens per proxy run, benchmark items per task
-SIZES = {"full": {"mb": 2.0, "tokens": 300_000, "limit": 100}, "quick": {"mb": 0.6, "tokens": 40_000, "limit": 40}}
+SIZES = {"full": {"mb": 2.0, "tokens": 150_000, "limit": 100}, "quick": {"mb": 0.6, "tokens": 40_000, "limit": 40}}
 
 
 def pages(text: str, size: int = PAGE) -> list[str]:
@@ -205,7 +205,10 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="tokenmill-ablation-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    corpus = build_corpus(work / "raw.jsonl", size["mb"], args.junk_share)
+    corpus_file = work / "corpus.json"  # a rerun in the same --work reuses the corpus (and so every finished step)
+    if not corpus_file.exists():
+        corpus_file.write_text(json.dumps(build_corpus(work / "raw.jsonl", size["mb"], args.junk_share)))
+    corpus = json.loads(corpus_file.read_text())
     spec = ablation_file(work, size, list(range(args.seeds)))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     code = subprocess.call([sys.executable, "-m", "service.cli", "ablate", str(spec)], env=env, cwd=REPO)

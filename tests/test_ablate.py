@@ -131,3 +131,21 @@ def test_an_interrupted_ablation_resumes_without_repeating_finished_steps(tmp_pa
     long_data = data["variants"]["long"]["data"]
     assert long_data["kept"] < data["variants"]["plain"]["data"]["kept"] == long_data["read"]
     assert "common" in data["gaps"]["plain-long"]
+
+
+def test_the_command_names_a_bad_field_with_its_line_and_dry_runs_a_good_file(tmp_path, capsys):
+    import yaml
+
+    from service.commands.ablate import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_ablation(tmp_path, seeds=[1, 1]), sort_keys=False))
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: seeds (line ") and "repeats a seed" in err[0], err
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(_ablation(tmp_path, seeds=[0, 1], out="out"), sort_keys=False))
+    assert main([str(good), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 variant(s) x 2 seed(s); 3 steps of 64 tokens" in out and "todo  eval:long:1" in out
+    assert not (tmp_path / "out").exists()  # relative to the file's folder, and nothing written

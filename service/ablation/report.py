@@ -45,7 +45,7 @@ def bpb_figure(rows: Sequence[tuple[str, float, float, float]], score: str) -> A
     """Mean ``score`` per variant with its seed range (min to max) as the error bar."""
     with matplotlib.rc_context(RC):
         fig = _figure(1.2 + 0.4 * len(rows))
-        fig.subplots_adjust(left=0.2, right=0.95, top=0.85, bottom=0.3)
+        fig.subplots_adjust(left=0.2, right=0.95, top=0.8, bottom=0.3)
         ax = fig.add_subplot()
         pos = list(range(len(rows)))[::-1]
         means = [r[1] for r in rows]
@@ -54,7 +54,8 @@ def bpb_figure(rows: Sequence[tuple[str, float, float, float]], score: str) -> A
         ax.set_yticks(pos, [r[0] for r in rows])
         low = min(r[2] for r in rows)
         ax.set_xlim(low * 0.95, max(r[3] for r in rows) * 1.02)
-        ax.set_xlabel(f"{score}: bits per byte (lower is better; bar = seed range)")
+        ax.set_xlabel("bits per byte (lower is better; the line: seed range, min to max)")
+        ax.set_title(score)
     return fig
 
 
@@ -64,10 +65,12 @@ def write_report(plan: Plan, data: dict[str, Any]) -> Path:
     names: list[str] = []
     for name, variant in data["variants"].items():
         names.append(_save(folder, f"loss-{name}", loss_figure(name, variant["runs"])))
-    rows = [(n, s["mean"], s["min"], s["max"]) for n, v in data["variants"].items()
-            for s in [v["scores"].get("common")] if s]
-    if rows:
-        names.append(_save(folder, "bpb-common", bpb_figure(rows, "common validation")))
+    keys = sorted({k for v in data["variants"].values() for k in v["scores"] if k == "common" or
+                   k.startswith("common.")})
+    for key in keys:  # the common set, and each of its parts by validation.by
+        rows = [(n, s["mean"], s["min"], s["max"]) for n, v in data["variants"].items()
+                for s in [v["scores"].get(key)] if s]
+        names.append(_save(folder, f"bpb-{key}", bpb_figure(rows, key)))
     path = plan.layout.out / "REPORT.md"
     path.write_text(markdown(plan, data, names) + "\n")
     return path

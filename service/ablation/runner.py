@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any
 
 from pipeline.spec import TokenizerSpec
 from service.ablation.plan import Plan, Run
-from service.ablation.split import raw_records, split_raw
+from service.ablation.split import input_files, raw_records, split_raw
 from service.ablation.steps import (
     StepLog,
     digest,
@@ -42,12 +43,14 @@ class Step:
     key: str
     digest: str
     action: Callable[[], dict[str, Any]]
+    #: what an attempt of another digest left that this one must not continue (a proxy run's checkpoints)
+    stale: Path | None = None
 
 
 def plan_steps(plan: Plan, say: Say) -> list[Step]:
     """Every step of ``plan`` in the order it runs, each with the digest of what it depends on."""
     spec = plan.spec
-    split_d = digest(spec.raw.model_dump(), spec.validation.model_dump())
+    split_d = digest(spec.raw.model_dump(), spec.validation.model_dump(), input_files(spec.raw))
     tok_d = digest(split_d, spec.tokenizer.model_dump(), spec.base.get("tokenizer"))
     steps = [Step("split", split_d, lambda: split_raw(spec.raw, spec.validation, plan.layout).to_json())]
     if spec.tokenizer.path is None:
@@ -60,8 +63,8 @@ def plan_steps(plan: Plan, say: Say) -> list[Step]:
             run = Run(name, seed)
             train_d = digest(job_d, proxy_d, seed)
             eval_d = digest(train_d, spec.tasks, spec.eval.model_dump())
-            steps.append(Step(f"train:{name}:{seed}", train_d,
-                              lambda run=run: train(plan, run, say)))  # type: ignore[misc]
+            steps.append(Step(f"train:{name}:{seed}", train_d, lambda run=run: train(plan, run, say),  # type: ignore[misc]
+                              plan.layout.run(run)))
             steps.append(Step(f"eval:{name}:{seed}", eval_d,
                               lambda run=run: evaluate(plan, run, say)))  # type: ignore[misc]
     return steps
@@ -76,6 +79,8 @@ def run_steps(plan: Plan, say: Say = print, stop_after: int | None = None) -> St
             say(f"{step.key}: done before, skipped")
             continue
         say(f"{step.key}: running")
+        if step.stale is not None and log.started.get(step.key, step.digest) != step.digest:
+            shutil.rmtree(step.stale, ignore_errors=True)  # a run of other settings: start over, not resume it
         log.write(step.key, "started", step.digest)
         info = step.action()
         log.write(step.key, "done", step.digest, **info)

@@ -51,6 +51,19 @@ def raw_records(raw: InputSpec) -> Iterator[dict[str, Any]]:
             yield {**json.loads(item["meta"] or "{}"), "id": item["id"], "text": item["text"]}
 
 
+def input_files(raw: InputSpec) -> list[tuple[str, int, int]]:
+    """Each file of the raw input with its size and modification time: a changed file makes a new split."""
+    out = []
+    for _, _, path in expand_inputs([raw]):
+        try:
+            st = os.stat(path)
+        except OSError:  # an object store's file, or one gone: the reader says so
+            out.append((path, -1, -1))
+        else:
+            out.append((path, st.st_size, st.st_mtime_ns))
+    return out
+
+
 def held_out_ids(raw: InputSpec, rule: CommonValidation) -> set[str] | None:
     """The ids of a ``documents: N`` split (the N smallest hashes); None for a ``share`` (decided per document)."""
     if rule.documents is None:

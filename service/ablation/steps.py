@@ -32,11 +32,14 @@ class StepLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.done: dict[str, dict[str, Any]] = {}
+        self.started: dict[str, str] = {}  #: each step's digest when it last started
         if path.exists():
             for line in path.read_text().splitlines():
                 record = json.loads(line) if line.strip() else {}
                 if record.get("event") == "done":
                     self.done[record["step"]] = record
+                elif record.get("event") == "started":
+                    self.started[record["step"]] = record["digest"]
 
     def is_done(self, step: str, step_digest: str) -> bool:
         return self.done.get(step, {}).get("digest") == step_digest
@@ -48,6 +51,8 @@ class StepLog:
             fh.write(json.dumps(record) + "\n")
         if event == "done":
             self.done[step] = record
+        else:
+            self.started[step] = step_digest
 
 
 def subprocess_env() -> dict[str, str]:
