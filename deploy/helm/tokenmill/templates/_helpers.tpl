@@ -67,3 +67,47 @@ app.kubernetes.io/part-of: tokenmill
 {{- define "tokenmill.stateClaim" -}}
 {{- default (printf "%s-state" (include "tokenmill.fullname" .)) .Values.persistence.existingClaim }}
 {{- end }}
+
+{{/* What replicas >= 2 needs, refused with the value to change: PostgreSQL (SQLite is one process's file) and one
+ReadWriteMany state claim that every replica mounts (the jobs' run folders; see values.yaml, replicas). */}}
+{{- define "tokenmill.checkReplicas" -}}
+{{- $n := int .Values.replicas }}
+{{- if gt $n 1 }}
+{{- if not (include "tokenmill.databaseSecret" .) }}
+{{- fail (printf "replicas: %d needs PostgreSQL: set database.url (postgresql+psycopg://...) or database.existingSecret; SQLite (database.url empty) is one process's file, so it runs with replicas: 1 only" $n) }}
+{{- end }}
+{{- if hasPrefix "sqlite" .Values.database.url }}
+{{- fail (printf "replicas: %d needs PostgreSQL, not SQLite: database.url is %s; SQLite runs with replicas: 1 only" $n (splitList ":" .Values.database.url | first)) }}
+{{- end }}
+{{- if not .Values.persistence.enabled }}
+{{- fail (printf "replicas: %d needs one state folder every replica mounts: persistence.enabled false gives each pod a folder of its own (set persistence.enabled and persistence.accessModes [ReadWriteMany])" $n) }}
+{{- end }}
+{{- if not (has "ReadWriteMany" .Values.persistence.accessModes) }}
+{{- fail (printf "replicas: %d needs persistence.accessModes [ReadWriteMany] (a claim every replica mounts: the jobs' run folders; with ray.jobsUrl the Ray head mounts it too), not %s; a persistence.existingClaim must be ReadWriteMany and say so here" $n (toJson .Values.persistence.accessModes)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* TOKENMILL_DATABASE_URL from the Secret named by the list's second item ("" for none: SQLite), under the key
+the values say: the Deployment reads the release's Secret, the migration Job (a hook, before that exists) its own. */}}
+{{- define "tokenmill.databaseEnv" -}}
+{{- $ := index . 0 }}
+{{- with index . 1 }}
+- name: TOKENMILL_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ if $.Values.database.existingSecret }}{{ $.Values.database.existingSecretKey }}{{ else }}database-url{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The migration Job's command: Database.migrate with the service's settings (TOKENMILL_DATABASE_URL,
+TOKENMILL_DATABASE_SCHEMA), what `tokenmill serve` runs at start, without serving. */}}
+{{- define "tokenmill.migrateCommand" -}}
+command:
+  - python
+  - -c
+  - >-
+    from service.settings import Settings; from service.store.db import Database;
+    s = Settings.from_env(); db = Database(s.db_url, schema=s.database_schema); db.migrate(); db.dispose()
+{{- end }}
