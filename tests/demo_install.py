@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import json
 import os
 import re
 import shutil
+import sysconfig
 import tempfile
 import tomllib
 from collections.abc import Iterable
@@ -117,8 +119,27 @@ def blocked_modules(extras: Iterable[str]) -> set[str]:
     lid = Requirement(makefile_var("LID_PACKAGE")).name  # installed with --no-deps
     allowed = closure(extras, (*VENV_SEED, lid))
     own = {p.stem for p in REPO.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
-    return {module for module, dists in metadata.packages_distributions().items()
+    return {module for module, dists in _installed_modules().items()
             if module not in own and not any(canonicalize_name(d) in allowed for d in dists)}
+
+
+def _installed_modules() -> dict[str, list[str]]:
+    """Top-level module -> the distributions pip installed that provide it, read from site-packages only: a copy
+    a package vendors on a path of its own (Ray adds ``ray/thirdparty_files``, with colorama, to ``sys.path`` once
+    imported) comes with that package, not from a distribution of its own."""
+    site = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    found: dict[str, list[str]] = {}
+    for dist in metadata.distributions(path=sorted(site)):
+        for module in _top_level(dist):
+            found.setdefault(module, []).append(dist.metadata["Name"])
+    return found
+
+
+def _top_level(dist: metadata.Distribution) -> set[str]:
+    """The top-level import names of ``dist``, as ``importlib.metadata.packages_distributions`` reads them."""
+    listed = set((dist.read_text("top_level.txt") or "").split())
+    inferred = {f.parts[0] if len(f.parts) > 1 else inspect.getmodulename(str(f)) for f in dist.files or ()}
+    return listed or {name for name in inferred if name and not name.endswith(".dist-info")}
 
 
 @functools.cache
