@@ -92,7 +92,9 @@ def markdown(plan: Plan, data: dict[str, Any], figures: Sequence[str]) -> str:
              f"with `{Path(spec.proxy.config).name}`, seeds {', '.join(map(str, spec.seeds))}.", ""]
     if not data["complete"]:
         parts += ["**Incomplete**: some runs have not finished; rerun `tokenmill ablate` to continue.", ""]
-    parts += ["## Scores", "", "Mean over seeds (seed spread = max - min); bits per byte: lower is better.", "",
+    parts += ["## Scores", "", "Mean over seeds and the seed spread (max - min); bits per byte: lower is better; "
+              "`common`: the common validation set, `common.VALUE`: its part by `validation.by`, `own`: each "
+              "variant's own validation split (not comparable across variants: each chose its own).", "",
               _scores_table(data), ""]
     parts += [f"![{f}]({FIGURES}/{f}.svg)  \n([PNG]({FIGURES}/{f}.png))" for f in figures if f.startswith("bpb")]
     parts += ["", "## Gaps", "", _gaps_table(data), "", "## Loss curves", ""]
@@ -108,7 +110,7 @@ def _scores_table(data: dict[str, Any]) -> str:
 
 
 def _cell(s: dict[str, float] | None) -> str:
-    return "-" if not s else f"{s['mean']:.4f} ± {s['spread'] / 2:.4f}" if s["n"] > 1 else f"{s['mean']:.4f}"
+    return "-" if not s else f"{s['mean']:.4f} (spread {s['spread']:.4f})" if s["n"] > 1 else f"{s['mean']:.4f}"
 
 
 def _gaps_table(data: dict[str, Any]) -> str:
