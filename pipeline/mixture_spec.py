@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.nesting import TooDeep, load_yaml
 from pipeline.problems import Problem, SpecError, parse_model, validation_error
+from pipeline.schema_rules import given
 
 #: 10^15 tokens: far beyond any corpus, and exact as a float
 MAX_TOKENS = 10**15
@@ -29,15 +30,11 @@ DUPLICATE_NAME = "duplicate_name"
 REFERENCES = ("path", "job", "schedule")
 
 
-def _given(field: str, kind: str) -> dict[str, Any]:
-    return {"required": [field], "properties": {field: {"type": kind}}}
-
-
 def _source_rules(schema: dict[str, Any]) -> None:
     """:meth:`SourceSpec._one_of`'s rules in the JSON schema (a null field is one not given)."""
-    schema["allOf"] = [{"oneOf": [_given(k, "string") for k in REFERENCES]},
-                       {"oneOf": [_given("weight", "number"), _given("tokens", "integer")]},
-                       {"anyOf": [{"properties": {"version": {"type": "null"}}}, _given("schedule", "string")]}]
+    schema["allOf"] = [{"oneOf": [given(k, "string") for k in REFERENCES]},
+                       {"oneOf": [given("weight", "number"), given("tokens", "integer")]},
+                       {"anyOf": [{"properties": {"version": {"type": "null"}}}, given("schedule", "string")]}]
     for option in schema["properties"]["version"]["anyOf"]:
         if option.get("type") == "integer":
             option["minimum"] = 1

@@ -25,6 +25,7 @@ from pydantic_core import CoreSchema
 
 from pipeline.nesting import Loader, TooDeep, check_json
 from pipeline.problems import SPEC_FILE, Loc, Problem, SpecError, parse_model, problems_of, validation_error
+from pipeline.schema_rules import given
 from pipeline.stages import StageLookupError, known_stages, stage_class
 from pipeline.stages.custom import REFERENCE, StageClass, next_to_spec
 
@@ -153,10 +154,18 @@ class PackingSpec(Strict):
     range_docs: int = Field(4096, ge=1)
 
 
+def _one_of(schema: dict[str, Any], *fields: tuple[str, str]) -> None:
+    """A model validator's "exactly one of these fields" in the JSON schema."""
+    schema["oneOf"] = [given(name, kind) for name, kind in fields]
+
+
 class ValidationSpec(Strict):
     """``output.validation``: documents held out of training as a shard set of their own (``OUT/validation/``),
     chosen after curation by a hash of a key per document (pipeline/output/validation.py): exactly one of
     ``share`` (of the curated documents, at least one) or ``documents`` (at least that many)."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: _one_of(schema, ("share", "number"),
+                                                                       ("documents", "integer")))
 
     share: float | None = Field(None, gt=0.0, lt=1.0)
     documents: int | None = Field(None, ge=1)
@@ -198,11 +207,16 @@ class ExecutionSpec(Strict):
 
 
 def _documents_rule(schema: dict[str, Any]) -> None:
-    """The documents-only rule of :meth:`JobSpec._check_across_stages` in the JSON schema: a tokenizer (or none
-    given: the default one), or ``output.documents``."""
-    schema["anyOf"] = [
-        {"properties": {"tokenizer": {"type": "object"}}},
-        {"properties": {"output": {"required": ["documents"], "properties": {"documents": {"type": "string"}}}}}]
+    """Rules of :meth:`JobSpec._check_across_stages` in the JSON schema: a tokenizer (or none given: the default
+    one), or ``output.documents``; and ``output.validation`` only with a tokenizer and without ``split_by``."""
+    no_validation = {"properties": {"output": {"properties": {"validation": {"type": "null"}}}}}
+    validation_fits = {"properties": {"tokenizer": {"type": "object"},
+                                      "output": {"properties": {"split_by": {"type": "null"}}}}}
+    schema["allOf"] = [
+        {"anyOf": [{"properties": {"tokenizer": {"type": "object"}}},
+                   {"properties": {"output": {"required": ["documents"],
+                                              "properties": {"documents": {"type": "string"}}}}}]},
+        {"anyOf": [no_validation, validation_fits]}]
 
 
 class JobSpec(Strict):

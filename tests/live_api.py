@@ -17,7 +17,8 @@ What schemathesis is told beyond the schema (``CONFIG``), each for a reason:
   a cron expression's values, a mixture's unique source names). The rules across fields are in the schema
   (``tokenizer: null`` needs ``output.documents``, a schedule's dedup stage, the stage types and each one's
   ``params``, one annotating stage per ``meta.filters`` key, no U+0000, this server's CPU cap and
-  Ray address; a mixture source's one of ``job`` / ``schedule`` and one of ``weight`` / ``tokens``), a source
+  Ray address; an output's ``validation``: one of ``share`` / ``documents``, with a tokenizer, without
+  ``split_by``; a mixture source's one of ``job`` / ``schedule`` and one of ``weight`` / ``tokens``), a source
   that does not exist is a 404 and an update naming another folder than its schedule's a 409; every other
   operation's rules are all in the schema;
 - ``GET .../events`` is aimed at the finished job: a queued job's stream lasts until the job ends, and a random
