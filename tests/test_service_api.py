@@ -348,6 +348,7 @@ def test_readyz_reports_database_and_ray(api):
     client, _, _ = api
     body = client.get("/readyz").json()
     assert body["status"] == "ready" and body["checks"]["database"]["ok"] and body["checks"]["ray"]["ok"]
+    assert body["leader"] == {"supervisor": False, "scheduler": False}  # API only: this replica leads neither
 
 
 class _Clock:

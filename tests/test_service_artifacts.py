@@ -384,12 +384,13 @@ def test_the_app_runs_the_scheduler_beside_the_supervisor(tmp_path):
     settings = Settings(state_dir=tmp_path / "state", database_url=f"sqlite:///{tmp_path / 'svc.db'}",
                         input_roots=(tmp_path,), output_roots=(tmp_path,), poll_s=0.05)
     app = create_app(settings)
-    with TestClient(app):
+    with TestClient(app) as client:
         scheduler = app.state.scheduler
         end = time.monotonic() + 10
-        while not scheduler.leading and time.monotonic() < end:  # it takes the scheduler lock: it leads
+        while not (scheduler.leading and app.state.supervisor.leading) and time.monotonic() < end:  # the locks
             time.sleep(0.02)
         assert scheduler.running and scheduler.leading
+        assert client.get("/readyz").json()["leader"] == {"supervisor": True, "scheduler": True}
     assert not scheduler.running and not scheduler.leading  # stopped with the app
     app = create_app(settings.model_copy(update={"run_supervisor": False}))
     with TestClient(app):

@@ -229,9 +229,17 @@ class Check(BaseModel):
     detail: str
 
 
+class Leader(BaseModel):
+    """Whether this replica leads each loop (one replica leads each; every replica serves the API)."""
+
+    supervisor: bool = Field(description="this replica runs the jobs")
+    scheduler: bool = Field(description="this replica fires the schedules")
+
+
 class Readiness(BaseModel):
-    status: str = Field(description="ready | not_ready")
+    status: str = Field(description="ready | not_ready (leadership does not count: every replica serves)")
     checks: dict[str, Check]
+    leader: Leader
 
 
 class ApiKeyOut(BaseModel):

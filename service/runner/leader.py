@@ -1,31 +1,33 @@
-"""A background loop that acts only while it holds a lock file: the supervisor's and the scheduler's base.
+"""A background loop that acts only while it leads: the supervisor's and the scheduler's base.
 
-Several service processes may share one state folder; exactly one of them (the holder of ``<name>.lock``,
-an ``flock``) runs the jobs or fires the schedules, and another takes over as soon as that one exits.
+Several service processes may run the loop; exactly one of them leads it (:mod:`service.runner.lease`: the
+holder of ``STATE/<name>.lock`` beside a SQLite database, the holder of the loop's lease row on PostgreSQL) and
+does the work; another takes over once that one stops (at once) or dies (the lock: at once; the lease: once it
+expired). The subclass's writes that act call :meth:`LeaderLoop.fence` in their transaction.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
-from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from service.runner.lease import Leadership, LostLease
 
 log = logging.getLogger(__name__)
 
 
 class LeaderLoop:
-    """Calls :meth:`tick` every ``poll_s`` seconds (sooner after :meth:`wake`) while holding ``lock_path``."""
+    """Calls :meth:`tick` every ``poll_s`` seconds (sooner after :meth:`wake`) while ``leadership`` is held."""
 
     name = "leader"
 
-    def __init__(self, lock_path: Path, poll_s: float):
-        self.lock_path, self.poll_s = lock_path, poll_s
+    def __init__(self, leadership: Leadership, poll_s: float):
+        self.leadership, self.poll_s = leadership, poll_s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_fd: int | None = None
 
     def tick(self) -> None:
         raise NotImplementedError
@@ -36,15 +38,13 @@ class LeaderLoop:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the loop and give the lock up (job processes keep running: the next leader re-attaches)."""
+        """Stop the loop and give leadership up (job processes keep running: the next leader re-attaches)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self.leadership.release()
 
     def wake(self) -> None:
         self._wake.set()
@@ -55,28 +55,29 @@ class LeaderLoop:
 
     @property
     def leading(self) -> bool:
-        """Whether this process holds the lock (and so does the work)."""
-        return self._lock_fd is not None
+        """Whether this process leads (and so does the work)."""
+        return self.leadership.leading
 
-    def _try_lead(self) -> bool:
-        if self._lock_fd is not None:
-            return True
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    def fence(self, s: Session) -> None:
+        """Refuse (:class:`LostLease`) a write that acts unless this process still leads, in ``s``'s transaction."""
+        self.leadership.fence(s)
+
+    def check_leading(self) -> None:
+        """Refuse (:class:`LostLease`) an act outside the database unless this process still leads."""
+        self.leadership.check()
+
+    def step(self) -> None:
+        """One round of the loop: lead (or keep leading), then act; a lost lease ends the round."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._lock_fd = fd
-        log.info("%s: leading (%s)", self.name, self.lock_path)
-        return True
+            if self.leadership.acquire():
+                self.tick()
+        except LostLease as exc:
+            log.warning("%s: stopped acting: %s", self.name, exc)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                if self._try_lead():
-                    self.tick()
+                self.step()
             except Exception:  # noqa: BLE001 - a bad tick (the database away) must not end the loop
                 log.exception("%s tick failed; retrying", self.name)
             self._wake.wait(self.poll_s)

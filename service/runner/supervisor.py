@@ -1,9 +1,11 @@
 """The supervisor: starts queued jobs within a concurrency limit and reconciles running ones with reality.
 
-One thread per service, and one service per state folder at a time (an ``flock`` on
-``STATE/supervisor.lock``: extra API workers, or a second service on the same folder, serve requests but
-leave the jobs to the holder; if it dies, another takes over). Every ``poll_s`` (or at once when the API
-wakes it) a tick does:
+One thread per service, and one leading service at a time (:mod:`service.runner.lease`: an ``flock`` on
+``STATE/supervisor.lock`` with SQLite, the ``supervisor`` lease row with PostgreSQL: extra API workers, or
+other replicas, serve requests but leave the jobs to the holder; if it dies, another takes over). Every write
+that acts on a job (launching an attempt, finishing, failing or requeueing it, delivering a cancel, answering a
+publish request) checks the lease in its transaction (:meth:`LeaderLoop.fence`). Every ``poll_s`` (or at once
+when the API wakes it) a tick does:
 
 1. **reconcile** each RUNNING / CANCELLING job: find its process (pid + start time + command line; see
    :mod:`service.runner.process`), store the new lines of its ``events.jsonl`` as job events and fold
@@ -45,6 +47,7 @@ from service.confine import Roots
 from service.runner import process, publish
 from service.runner.job_process import EVENTS_FILE, LOG_FILE, write_run
 from service.runner.leader import LeaderLoop
+from service.runner.lease import LEASE_S, Leadership, leadership_for
 from service.runner.ray_jobs import RayJobs
 from service.runner.summary import fold_all, with_stats
 from service.store import repo
@@ -83,6 +86,8 @@ class RunnerConfig:
     #: seconds of SIGTERM (docs/jobs.md, "Cancel"); a minute leaves room for a slow Ray shutdown
     cancel_grace_s: float = 60.0
     poll_s: float = 0.5
+    #: seconds the supervisor's lease lasts past its last renewal (PostgreSQL; :mod:`service.runner.lease`)
+    lease_s: float = LEASE_S
 
     def jobs_dir(self) -> Path:
         return self.state_dir / "jobs"
@@ -99,8 +104,9 @@ class RunnerConfig:
 class Supervisor(LeaderLoop):
     name = "supervisor"
 
-    def __init__(self, db: Database, config: RunnerConfig):
-        super().__init__(config.state_dir / "supervisor.lock", config.poll_s)
+    def __init__(self, db: Database, config: RunnerConfig, leadership: Leadership | None = None):
+        super().__init__(leadership or leadership_for(db, self.name, config.state_dir / "supervisor.lock",
+                                                      config.lease_s), config.poll_s)
         self.db = db
         self.config = config
         self.executor = config.executor()
@@ -133,6 +139,7 @@ class Supervisor(LeaderLoop):
     def _reconcile_job(self, job_id: str) -> bool:
         """One step for one active job; True when there is more to do at once (a long events file)."""
         with self.db.session() as s:
+            self.fence(s)
             job = repo.lock_job(s, job_id)
             if job.state not in ACTIVE:
                 return False
@@ -258,6 +265,7 @@ class Supervisor(LeaderLoop):
 
     def _launch(self, job_id: str) -> None:
         with self.db.session() as s:
+            self.fence(s)
             try:
                 job, att = repo.start_attempt(s, job_id, run_dir=self.config.run_dir, host=self.host)
             except repo.Conflict:  # cancelled in the meantime
@@ -266,12 +274,14 @@ class Supervisor(LeaderLoop):
                    "roots": self.config.roots.to_json() if self.config.roots else None,
                    "ray_start_timeout_s": self.config.ray_start_timeout_s}
             run_dir, number = Path(att.run_dir), att.number
+        self.check_leading()  # the lease ran out since: the next leader finds the attempt lost and resumes it
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             write_run(run_dir, run)  # the spec's secrets in a file of their own, 0600
             ref = self.executor.launch(job_id, number, run_dir)
         except OSError as exc:
             with self.db.session() as s:
+                self.fence(s)
                 job = repo.lock_job(s, job_id)
                 repo.get_attempt(s, job_id, number).outcome = "failed"
                 repo.transition(s, job, JobState.FAILED, category="infra",
@@ -280,6 +290,7 @@ class Supervisor(LeaderLoop):
         self._known.add((job_id, number))
         if ref is not None:
             with self.db.session() as s:
+                self.fence(s)
                 att = repo.get_attempt(s, job_id, number)
                 att.pid, att.proc_started = ref.pid, ref.started
         log.info("job %s attempt %d: %s", job_id, number, f"pid {ref.pid}" if ref else "submitted")

@@ -1,7 +1,8 @@
 """The scheduler: fires schedules at their cron slots as refresh jobs and publishes what those jobs write.
 
-One thread per service, beside the supervisor, and one scheduler per state folder at a time (an ``flock`` on
-``STATE/scheduler.lock``, as the supervisor does). Every :data:`POLL_S` a tick does:
+One thread per service, beside the supervisor, and one leading scheduler at a time (an ``flock`` on
+``STATE/scheduler.lock`` with SQLite, the ``scheduler`` lease row with PostgreSQL: :mod:`service.runner.lease`).
+Every :data:`POLL_S` a tick does:
 
 1. **settle** each running refresh: once its job has SUCCEEDED the version it wrote is recorded and
    ``OUT/latest`` names it; a job that FAILED or was CANCELLED makes the run ``failed`` (its inputs are read
@@ -19,9 +20,12 @@ One thread per service, beside the supervisor, and one scheduler per state folde
      otherwise a job reading only those files (:func:`service.schedules.versions.refresh_spec`) is
      checked as the API checks a submission (:func:`service.admission.admit`) and queued.
 
-A run's row and its job are created in one transaction, and a slot is unique per schedule in the database,
-so a crash or a second scheduler never fires a slot twice. Fingerprinting reads files, so it runs outside
-any transaction (a SQLite writer would block the API meanwhile); the slot is claimed first.
+Exactly once, through crashes and leader changes: a slot is taken (``next_fire_at`` moved on) in the same
+transaction that records its run and creates its job, after checking that it is still the schedule's due slot
+and that this replica still holds its lease (:meth:`LeaderLoop.fence`); a slot is unique per schedule in the
+database too. Fingerprinting reads files, so it runs outside any transaction (a SQLite writer would block the
+API meanwhile): between the read that finds the slot due and the write that takes it nothing is recorded, so a
+scheduler that dies there leaves the slot due for the next leader, and one that dies later left it fired.
 """
 
 from __future__ import annotations
@@ -35,18 +39,20 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from pipeline.problems import SpecError
 from pipeline.spec import parse_spec
 from service.admission import admit
 from service.runner.leader import LeaderLoop
+from service.runner.lease import LEASE_S, Leadership, leadership_for
 from service.schedules import versions
 from service.schedules.cron import Clock, next_fire, system_clock
 from service.schedules.fingerprints import Scan, scan
 from service.settings import Settings
 from service.store import repo
 from service.store.db import Database
-from service.store.models import CONSUMED, JobState, RunState, ScheduleRun, utcnow
+from service.store.models import CONSUMED, JobState, RunState, Schedule, ScheduleRun, utcnow
 
 log = logging.getLogger("tokenmill.scheduler")
 
@@ -70,14 +76,20 @@ class _Claim:
     reserved: int
     #: the schedule's team: its runs' jobs are that team's, checked against its roots and folders
     team: str
+    #: the slot is the buffered one (``pending_fire_at``), not ``next_fire_at``
+    pending: bool
+    #: the tick's time: the next slot is computed from it
+    now: datetime
 
 
 class Scheduler(LeaderLoop):
     name = "scheduler"
 
     def __init__(self, db: Database, settings: Settings, *, clock: Clock = system_clock,
-                 wake_jobs: Callable[[], None] | None = None, poll_s: float = POLL_S):
-        super().__init__(settings.state_dir / "scheduler.lock", poll_s)
+                 wake_jobs: Callable[[], None] | None = None, poll_s: float = POLL_S,
+                 leadership: Leadership | None = None, lease_s: float = LEASE_S):
+        super().__init__(leadership or leadership_for(db, self.name, settings.state_dir / "scheduler.lock", lease_s),
+                         poll_s)
         self.db, self.settings, self.clock = db, settings, clock
         self.wake_jobs = wake_jobs or (lambda: None)
         self._repaired = False
@@ -105,6 +117,7 @@ class Scheduler(LeaderLoop):
     def _settle(self, run_id: int) -> None:
         published: tuple[str, int] | None = None
         with self.db.session() as s:
+            self.fence(s)
             run = s.get(ScheduleRun, run_id)
             if run is None:
                 return
@@ -174,34 +187,59 @@ class Scheduler(LeaderLoop):
         return self._start(claim, found)
 
     def _claim(self, schedule_id: str, now: datetime) -> _Claim | None:
+        """The slot to fire, read without taking it (:meth:`_take` does, with its run); a slot that comes while the
+        previous run is going is taken here, buffered or skipped by the overlap policy."""
         with self.db.session() as s:
+            self.fence(s)  # first, as in every transaction here: the lease's row lock before the schedule's
             sched = repo.lock_schedule(s, schedule_id)
             if sched.paused:
                 return None
             active = repo.active_run(s, schedule_id)
             if sched.next_fire_at is not None and sched.next_fire_at <= now:
-                slot = sched.next_fire_at
-                sched.next_fire_at = next_fire(sched.cron, sched.timezone, max(now, slot))
-                sched.updated_at = utcnow()
+                slot, pending = sched.next_fire_at, False
                 if active is not None:
-                    if sched.overlap == "buffer_one" and sched.pending_fire_at is None:
-                        sched.pending_fire_at = slot
-                    else:
-                        why = "a slot is already waiting for it" if sched.overlap == "buffer_one" else "overlap: skip"
-                        self._add(s, sched, slot, RunState.SKIPPED,
-                                  f"run {active.number} (job {active.job_id}) was still going; {why}")
+                    self._overlap(s, sched, active, now)
                     return None
-                sched.pending_fire_at = None  # this run covers a buffered slot too
             elif sched.pending_fire_at is not None and active is None:
-                slot = sched.pending_fire_at
-                sched.pending_fire_at = None
+                slot, pending = sched.pending_fire_at, True
             else:
                 return None
             last = repo.last_consumed_run(s, schedule_id)
             return _Claim(schedule_id=sched.id, slot=slot, template=dict(sched.spec),
                           output_path=sched.output_path, baseline=dict(last.fingerprints) if last else {},
                           earlier=[v.path for v in repo.versions_of(s, schedule_id)],  # adopted ones too
-                          reserved=repo.max_reserved_version(s, schedule_id), team=sched.team)
+                          reserved=repo.max_reserved_version(s, schedule_id), team=sched.team, pending=pending,
+                          now=now)
+
+    def _overlap(self, s: Session, sched: Schedule, active: ScheduleRun, now: datetime) -> None:
+        """The due slot while run ``active`` goes on: buffered (``buffer_one``, one at most) or a ``skipped`` run."""
+        slot = sched.next_fire_at
+        assert slot is not None
+        sched.next_fire_at = next_fire(sched.cron, sched.timezone, max(now, slot))
+        sched.updated_at = utcnow()
+        if sched.overlap == "buffer_one" and sched.pending_fire_at is None:
+            sched.pending_fire_at = slot
+            return
+        why = "a slot is already waiting for it" if sched.overlap == "buffer_one" else "overlap: skip"
+        self._add(s, sched, slot, RunState.SKIPPED, f"run {active.number} (job {active.job_id}) was still going; {why}")
+
+    def _take(self, s: Session, claim: _Claim) -> Schedule | None:
+        """Lock the schedule and take the claimed slot, in the transaction that records its run; None when the slot
+        is no longer this scheduler's to fire (taken meanwhile, paused, changed, a run going)."""
+        self.fence(s)
+        sched = repo.lock_schedule(s, claim.schedule_id)
+        if repo.active_run(s, claim.schedule_id) is not None:
+            return None
+        if claim.pending:
+            if sched.pending_fire_at != claim.slot:
+                return None
+        elif sched.paused or sched.next_fire_at != claim.slot:
+            return None
+        else:
+            sched.next_fire_at = next_fire(sched.cron, sched.timezone, max(claim.now, claim.slot))
+        sched.pending_fire_at = None  # this run covers a buffered slot too
+        sched.updated_at = utcnow()
+        return sched
 
     def _add(self, s: Any, sched: Any, slot: datetime, state: RunState, message: str, **kw: Any) -> ScheduleRun | None:
         try:
@@ -213,7 +251,9 @@ class Scheduler(LeaderLoop):
     def _record(self, claim: _Claim, state: RunState, message: str, found: Scan | None = None) -> ScheduleRun | None:
         """A run without a job; its snapshot is kept only when it is the next baseline (``unchanged``)."""
         with self.db.session() as s:
-            sched = repo.lock_schedule(s, claim.schedule_id)
+            sched = self._take(s, claim)
+            if sched is None:
+                return None
             kw: dict[str, Any] = {"inputs": found.summary()} if found is not None else {}
             if found is not None and state in CONSUMED:
                 kw["fingerprints"] = found.snapshot
@@ -231,8 +271,8 @@ class Scheduler(LeaderLoop):
         except SpecError as exc:  # the schema's problems or admission's (Refused): one `field: message` line each
             return self._record(claim, RunState.FAILED, f"refused: {exc}", found)
         with self.db.session() as s:
-            sched = repo.lock_schedule(s, claim.schedule_id)
-            if repo.active_run(s, claim.schedule_id) is not None:
+            sched = self._take(s, claim)
+            if sched is None:
                 return None
             run_number = sched.run_seq + 1
             try:

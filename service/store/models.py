@@ -345,3 +345,19 @@ class AuditEntry(Base):
     detail: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_audit_team_id", "team", "id"),)
+
+
+class LeaderLease(Base):
+    """Who leads a loop among replicas on PostgreSQL (:mod:`service.runner.lease`); unused on SQLite."""
+
+    __tablename__ = "leader_leases"
+
+    #: the loop: supervisor | scheduler
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: ``host:pid:random`` of the replica that holds (or last held) it
+    holder: Mapped[str] = mapped_column(String(200))
+    #: raised at each acquisition: a write checks it, so a former holder's write is refused
+    token: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[datetime]
+    #: by the database's clock; another replica may take the lease only after it
+    expires_at: Mapped[datetime]

@@ -8,6 +8,9 @@ Readiness checks:
 - **ray**: with a cluster address, a TCP connection to it opens within a second (the job processes
   connect to it; nothing else is asked of the cluster); without one, that Ray is installed, since each
   job process starts its own local Ray node and there is nothing to reach beforehand.
+
+``leader`` says whether this replica leads the supervisor and the scheduler (:mod:`service.runner.lease`);
+readiness does not depend on it, since every replica serves the API.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import socket
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from pipeline.error_line import error_line
@@ -33,7 +36,8 @@ async def healthz() -> schemas.Health:
 
 
 @router.get("/readyz", response_model=schemas.Readiness, responses={503: {"model": schemas.Readiness}})
-async def readyz(response: Response, db: DbDep, settings: SettingsDep, supervisor: SupervisorDep) -> schemas.Readiness:
+async def readyz(request: Request, response: Response, db: DbDep, settings: SettingsDep,
+                 supervisor: SupervisorDep) -> schemas.Readiness:
     checks = {
         "database": await run_in_threadpool(_check_database, db),
         "supervisor": _check_supervisor(supervisor, settings.run_supervisor),
@@ -42,7 +46,10 @@ async def readyz(response: Response, db: DbDep, settings: SettingsDep, superviso
     ready = all(c.ok for c in checks.values())
     if not ready:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    return schemas.Readiness(status="ready" if ready else "not_ready", checks=checks)
+    scheduler = getattr(request.app.state, "scheduler", None)
+    leader = schemas.Leader(supervisor=supervisor is not None and supervisor.leading,
+                            scheduler=scheduler is not None and scheduler.leading)
+    return schemas.Readiness(status="ready" if ready else "not_ready", checks=checks, leader=leader)
 
 
 def _check_database(db: DbDep) -> schemas.Check:
