@@ -22,6 +22,8 @@ head_timeout_s            TOKENMILL_HEAD_TIMEOUT_S       10 (seconds for a reque
 body_timeout_s            TOKENMILL_BODY_TIMEOUT_S       10 (seconds for its body, after the headers)
 keepalive_s               TOKENMILL_KEEPALIVE_S          5 (seconds an idle connection stays open)
 max_connections           TOKENMILL_MAX_CONNECTIONS      1000 per process (beyond: 503)
+lease_s                   TOKENMILL_LEASE_S              15 (PostgreSQL: seconds before another replica takes over
+                                                         the jobs and schedules of one that died)
 ========================  =============================  ====================================================
 """
 
@@ -116,6 +118,9 @@ class Settings(BaseModel):
     max_lost: int = Field(3, ge=1)
     cancel_grace_s: float = Field(60.0, gt=0)
     poll_s: float = Field(0.5, gt=0)
+    #: seconds a replica's lease on the supervisor and the scheduler outlasts its last renewal on PostgreSQL
+    #: (:mod:`service.runner.lease`): how long the others wait to take over from one that died
+    lease_s: float = Field(15.0, gt=0)
     #: seconds an API key read from the database is trusted (service.api.keycache): a key revoked by another
     #: process stops working here within this long; 0 reads the key on every request
     auth_cache_s: float = Field(AUTH_CACHE_S, ge=0)
@@ -220,6 +225,7 @@ class Settings(BaseModel):
             "body_timeout_s": env.get("TOKENMILL_BODY_TIMEOUT_S"),
             "keepalive_s": env.get("TOKENMILL_KEEPALIVE_S"),
             "max_connections": env.get("TOKENMILL_MAX_CONNECTIONS"),
+            "lease_s": env.get("TOKENMILL_LEASE_S"),
         }
         values.update(overrides)
         return cls(**{k: v for k, v in values.items() if v not in (None, "")})

@@ -4,6 +4,7 @@ fencing token, the file lock on SQLite. Short leases, so each test takes about a
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 
 import pytest
@@ -88,6 +89,30 @@ def test_a_clean_stop_hands_over_at_once_and_each_loop_leads_on_its_own(pg):
     b.stop()
 
 
+def test_a_long_tick_keeps_the_lease_while_the_loop_lives(pg):
+    """A tick longer than the lease (a scan hashing large new files) still leads: the loop renews between polls."""
+    went_on = threading.Event()
+
+    class Slow(LeaderLoop):
+        def tick(self) -> None:
+            time.sleep(LEASE_S * 2.5)
+            with pg.session() as s:
+                self.fence(s)  # not refused: the lease was renewed meanwhile
+            went_on.set()
+
+    slow = Slow(DbLease(pg, "scheduler", lease_s=LEASE_S, holder="slow"), poll_s=30.0)
+    other = DbLease(pg, "scheduler", lease_s=LEASE_S, holder="other")
+    slow.start()
+    try:
+        _wait("it leads", lambda: slow.leading)
+        while not went_on.is_set():
+            assert not other.acquire()
+            time.sleep(0.05)
+    finally:
+        slow.stop()
+    assert other.acquire()  # released by the stop
+
+
 def test_an_old_supervisor_launches_nothing_once_another_took_over(pg, tmp_path):
     config = RunnerConfig(state_dir=tmp_path / "state", job_command=("false",), poll_s=0.05)
     old = Supervisor(pg, config, leadership=DbLease(pg, "supervisor", lease_s=LEASE_S, holder="old"))
@@ -100,6 +125,16 @@ def test_an_old_supervisor_launches_nothing_once_another_took_over(pg, tmp_path)
         old.tick()
     with pg.session() as s:
         assert repo.get_job(s, job.id).state == JobState.QUEUED and not repo.attempts_of(s, job.id)
+
+
+def test_the_lease_is_a_setting(pg, tmp_path):
+    from service.api.app import runner_config
+    from service.commands.serve import _settings, build_parser
+
+    settings = Settings.from_env({"TOKENMILL_LEASE_S": "4", "TOKENMILL_STATE_DIR": str(tmp_path)})
+    assert Supervisor(pg, runner_config(settings)).leadership.lease_s == 4
+    assert Scheduler(pg, settings).leadership.lease_s == 4
+    assert _settings(build_parser().parse_args(["--lease-s", "7"])).lease_s == 7
 
 
 def test_sqlite_keeps_the_file_lock(tmp_path):

@@ -76,7 +76,8 @@ def runner_config(settings: Settings) -> RunnerConfig:
                         ray_address=settings.ray_address, ray_jobs_url=settings.ray_jobs_url,
                         ray_start_timeout_s=settings.ray_start_timeout_s, job_cpus=settings.job_cpus,
                         roots=settings.roots(),
-                        max_lost=settings.max_lost, cancel_grace_s=settings.cancel_grace_s, poll_s=settings.poll_s)
+                        max_lost=settings.max_lost, cancel_grace_s=settings.cancel_grace_s, poll_s=settings.poll_s,
+                        lease_s=settings.lease_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -28,6 +28,7 @@ class LeaderLoop:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._beat: threading.Thread | None = None
 
     def tick(self) -> None:
         raise NotImplementedError
@@ -36,14 +37,18 @@ class LeaderLoop:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"tokenmill-{self.name}", daemon=True)
         self._thread.start()
+        if self.leadership.renew_every_s is not None:
+            self._beat = threading.Thread(target=self._heartbeat, name=f"tokenmill-{self.name}-lease", daemon=True)
+            self._beat.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop and give leadership up (job processes keep running: the next leader re-attaches)."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        for thread in (self._thread, self._beat):
+            if thread is not None:
+                thread.join(timeout)
+        self._thread = self._beat = None
         self.leadership.release()
 
     def wake(self) -> None:
@@ -73,6 +78,17 @@ class LeaderLoop:
                 self.tick()
         except LostLease as exc:
             log.warning("%s: stopped acting: %s", self.name, exc)
+
+    def _heartbeat(self) -> None:
+        """Renew the lease between polls too, so a long tick (a scan hashing large new files) keeps it while the
+        loop's thread lives; a process that dies stops renewing, and its lease expires."""
+        every = self.leadership.renew_every_s
+        assert every is not None
+        while not self._stop.wait(every):
+            try:
+                self.leadership.renew()
+            except Exception:  # noqa: BLE001 - the database away: the loop's next acquire says so
+                log.warning("%s: cannot renew the lease", self.name, exc_info=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

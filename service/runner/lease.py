@@ -3,7 +3,8 @@
 SQLite is one machine's file, so an ``flock`` beside it (``STATE/<name>.lock``) is enough: the holder leads
 until its process exits. Replicas on PostgreSQL need not share a filesystem, so there leadership is a row of
 ``leader_leases`` per loop: its ``holder`` (``host:pid:random``), a fencing ``token`` raised at each
-acquisition and an ``expires_at`` that the holder pushes ``lease_s`` ahead at every poll and every fenced write.
+acquisition and an ``expires_at`` that the holder pushes ``lease_s`` ahead at every poll, every fenced write and
+every ``lease_s / 3`` from a heartbeat thread while the loop's thread lives (so a long tick keeps the lease).
 The database's clock (``clock_timestamp()``) decides expiry, never a replica's. Another replica may take the
 row only once it has expired, and every write that acts on a job or fires a schedule runs :meth:`fence` in its
 own transaction: a conditional UPDATE of the holder's unexpired row with its token, which also holds the row
@@ -65,6 +66,9 @@ class LostLease(RuntimeError):
 class Leadership(Protocol):
     """What :class:`service.runner.leader.LeaderLoop` asks of a way to lead."""
 
+    #: seconds between renewals while the loop runs (:meth:`renew`); None: nothing to renew
+    renew_every_s: float | None
+
     def acquire(self) -> bool:
         """Lead or keep leading; whether this process leads now."""
 
@@ -79,12 +83,17 @@ class Leadership(Protocol):
         """Raise :class:`LostLease` unless this process still leads by its own clock (before an act outside the
         database: starting a process)."""
 
+    def renew(self) -> None:
+        """Push the lease's expiry on while leading (a long tick keeps it); never acquires."""
+
     def release(self) -> None:
         """Stop leading and let another process lead at once."""
 
 
 class FileLock:
     """An ``flock`` on ``path``: held until released or the process exits (the single-machine, SQLite mode)."""
+
+    renew_every_s: float | None = None
 
     def __init__(self, path: Path):
         self.path = path
@@ -114,6 +123,9 @@ class FileLock:
     def check(self) -> None:
         """Nothing to check, as :meth:`fence`."""
 
+    def renew(self) -> None:
+        """Nothing to renew: the lock lasts as long as the process."""
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
@@ -125,6 +137,7 @@ class DbLease:
 
     def __init__(self, db: Database, name: str, *, lease_s: float = LEASE_S, holder: str = PROCESS_HOLDER):
         self.db, self.name, self.lease_s, self.holder = db, name, lease_s, holder
+        self.renew_every_s: float | None = lease_s / 3
         self.token: int | None = None
         self._valid_until = 0.0  # monotonic: a lower bound of the row's expiry, from before the renewal was sent
         self._mutex = threading.Lock()
@@ -163,6 +176,15 @@ class DbLease:
     def check(self) -> None:
         if not self.leading:
             raise LostLease(f"{self.name}: the lease expired")
+
+    def renew(self) -> None:
+        if self.token is None:
+            return
+        try:
+            with self.db.session() as s:
+                self.fence(s)
+        except LostLease as exc:
+            log.warning("%s", exc)
 
     def release(self) -> None:
         with self._mutex:

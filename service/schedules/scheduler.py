@@ -45,7 +45,7 @@ from pipeline.problems import SpecError
 from pipeline.spec import parse_spec
 from service.admission import admit
 from service.runner.leader import LeaderLoop
-from service.runner.lease import LEASE_S, Leadership, leadership_for
+from service.runner.lease import Leadership, leadership_for
 from service.schedules import versions
 from service.schedules.cron import Clock, next_fire, system_clock
 from service.schedules.fingerprints import Scan, scan
@@ -87,9 +87,9 @@ class Scheduler(LeaderLoop):
 
     def __init__(self, db: Database, settings: Settings, *, clock: Clock = system_clock,
                  wake_jobs: Callable[[], None] | None = None, poll_s: float = POLL_S,
-                 leadership: Leadership | None = None, lease_s: float = LEASE_S):
-        super().__init__(leadership or leadership_for(db, self.name, settings.state_dir / "scheduler.lock", lease_s),
-                         poll_s)
+                 leadership: Leadership | None = None):
+        super().__init__(leadership or leadership_for(db, self.name, settings.state_dir / "scheduler.lock",
+                                                      settings.lease_s), poll_s)
         self.db, self.settings, self.clock = db, settings, clock
         self.wake_jobs = wake_jobs or (lambda: None)
         self._repaired = False
