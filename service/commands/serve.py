@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=kind, help=help_)
     p.add_argument("--log-level", default="info")
     p.add_argument("--workers", type=int, default=1, help="API processes on the port (default 1); one of them "
-                   "runs the jobs and the schedules (a lock in the state folder decides which)")
+                   "runs the jobs and the schedules (a lock in the state folder decides which with SQLite, a lease "
+                   "in the database with PostgreSQL)")
     return p
 
 

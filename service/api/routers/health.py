@@ -4,7 +4,8 @@ Readiness checks:
 
 - **database**: ``SELECT 1`` answers;
 - **supervisor**: this process runs the supervisor thread (or the service was started without it);
-  ``leading: false`` in its detail means another process holds the supervisor lock and runs the jobs;
+  ``leading: false`` in its detail means another process holds the supervisor lock (SQLite) or lease
+  (PostgreSQL) and runs the jobs;
 - **ray**: with a cluster address, a TCP connection to it opens within a second (the job processes
   connect to it; nothing else is asked of the cluster); without one, that Ray is installed, since each
   job process starts its own local Ray node and there is nothing to reach beforehand.
