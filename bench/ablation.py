@@ -57,7 +57,7 @@ CURATED = [{"type": "normalize"},
            {"type": "exact_dedup"},
            {"type": "near_dedup", "params": {"threshold": 0.7}}]
 #: size of a full and a --quick run: raw corpus megabytes, tokens per proxy run, benchmark items per task
-SIZES = {"full": {"mb": 2.0, "tokens": 150_000, "limit": 100}, "quick": {"mb": 0.6, "tokens": 40_000, "limit": 40}}
+SIZES = {"full": {"mb": 2.0, "tokens": 400_000, "limit": 100}, "quick": {"mb": 0.6, "tokens": 40_000, "limit": 40}}
 
 
 def pages(text: str, size: int = PAGE) -> list[str]:
