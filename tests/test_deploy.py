@@ -325,6 +325,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "database": {"existingSecret": "tm-db", "existingSecretKey": "url"},
         "persistence": {"existingClaim": "tokenmill-state-rwx", "accessModes": ["ReadWriteMany"]},
         "serviceAccount": {"create": False, "name": "tm-sa"},
+        "ray": {"jobsUrl": "http://tokenmill-head-svc:8265"},
     },
 }
 _PG = {"url": "postgresql+psycopg://tokenmill:pw@postgres:5432/tokenmill"}
@@ -346,6 +347,7 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "replicas on a ReadWriteOnce claim": ({"replicas": 2, "database": _PG}, "persistence.accessModes"),
     "replicas without a state claim": ({"replicas": 2, "database": _PG, "persistence": {**_RWX, "enabled": False}},
                                        "persistence.enabled"),
+    "replicas with jobs in the pods": ({"replicas": 2, "database": _PG, "persistence": _RWX}, "ray.jobsUrl"),
 }
 
 _RENDER = r"""

@@ -68,8 +68,9 @@ app.kubernetes.io/part-of: tokenmill
 {{- default (printf "%s-state" (include "tokenmill.fullname" .)) .Values.persistence.existingClaim }}
 {{- end }}
 
-{{/* What replicas >= 2 needs, refused with the value to change: PostgreSQL (SQLite is one process's file) and one
-ReadWriteMany state claim that every replica mounts (the jobs' run folders; see values.yaml, replicas). */}}
+{{/* What replicas >= 2 needs, refused with the value to change: PostgreSQL (SQLite is one process's file), one
+ReadWriteMany state claim that every replica mounts (the jobs' run folders; see values.yaml, replicas) and the Ray
+Jobs API (a job's driver on the cluster, which any replica can follow by its submission id). */}}
 {{- define "tokenmill.checkReplicas" -}}
 {{- $n := int .Values.replicas }}
 {{- if gt $n 1 }}
@@ -84,6 +85,9 @@ ReadWriteMany state claim that every replica mounts (the jobs' run folders; see 
 {{- end }}
 {{- if not (has "ReadWriteMany" .Values.persistence.accessModes) }}
 {{- fail (printf "replicas: %d needs persistence.accessModes [ReadWriteMany] (a claim every replica mounts: the jobs' run folders; with ray.jobsUrl the Ray head mounts it too), not %s; a persistence.existingClaim must be ReadWriteMany and say so here" $n (toJson .Values.persistence.accessModes)) }}
+{{- end }}
+{{- if not .Values.ray.jobsUrl }}
+{{- fail (printf "replicas: %d needs ray.jobsUrl (the Ray Jobs API): a job run as a process of one pod cannot be followed or adopted by another replica, so a leader change would start it again beside the first" $n) }}
 {{- end }}
 {{- end }}
 {{- end }}
