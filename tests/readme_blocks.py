@@ -33,7 +33,8 @@ FENCE = re.compile(r"^```(\w*)\s*$")
 RUNNABLE = ("bash", "sh", "shell", "console", "python")
 #: the guide's pages in reading order (stems of docs/*.md); a page not listed follows them, by name
 DOCS_ORDER = ("index", "jobs", "stages", "dedup", "filters", "pii", "decontamination", "outputs", "training",
-              "evaluation", "library", "writing-a-stage", "control-plane", "deploy", "architecture", "fast-paths")
+              "evaluation", "ablations", "library", "writing-a-stage", "control-plane", "deploy", "architecture",
+              "fast-paths")
 
 
 @dataclass
