@@ -5,8 +5,8 @@ The jobs are made directly in the store with engine-shaped events (tests/test_se
 is needed. The page is checked as a person would see it: the key form, the jobs list, a finished job's funnel,
 drop reasons, shards and throughput lines, a running job's funnel moving when new events arrive, the
 schedules panel shown only when ``/v1/schedules`` answers, the mixtures panel (sources, pinned versions,
-weights, planned tokens), a job name made of HTML shown as text, and a refused key. A screenshot of the
-finished job is saved (its path is printed; ``-s`` shows it).
+weights, planned tokens), the ablations panel (state; each variant's mean and spread), a job name made of
+HTML shown as text, and a refused key. A screenshot of the finished job is saved (its path is printed; ``-s`` shows it).
 
 Chromium comes from scripts/install_chromium.sh. Without it the test skips, saying so, except on CI
 (``CI=true``), where a missing browser is a failure.
@@ -274,6 +274,34 @@ def test_mixtures_panel_shows_sources_pinned_versions_weights_and_planned_tokens
     assert _rows(browser, "mixtures") == [
         ["blend", mixture_id[:8], "web", "job 01234567", "0.750", "9,000", "1.50"],
         ["books", "schedule fedcba98 v3", "0.250", "3,000", "0.25"]]
+
+
+def test_ablations_panel_shows_each_ablations_state_and_each_variants_mean_and_spread(browser, server, tmp_path):
+    import json
+
+    from service.store.models import ABLATION
+
+    base, app, token = server
+    out = tmp_path / "ablation"
+    out.mkdir()
+    (out / "steps.jsonl").write_text(json.dumps({"step": "split", "event": "done", "digest": "d"}) + "\n")
+    scores = {name: {"common": {"mean": mean, "spread": spread, "n": 3, "min": 0, "max": 0}}
+              for name, mean, spread in (("raw", 2.5, 0.05), ("curated", 2.25, 0.0125))}
+    (out / "ablation.json").write_text(json.dumps({"variants": {k: {"scores": v} for k, v in scores.items()},
+                                                   "gaps": {"raw-curated": {"common": {"gap": 0.25}}}}))
+    with app.state.db.session() as s:
+        done, _ = repo.create_job(s, {}, name="curation", spec_hash="h", output_path=str(out), kind=ABLATION)
+        done.state = "SUCCEEDED"
+        queued, _ = repo.create_job(s, {}, name="later", spec_hash="h", output_path=str(tmp_path / "none"),
+                                    kind=ABLATION)
+        ids = done.id, queued.id
+    browser.get(base + "/")
+    browser.execute_script("sessionStorage.setItem('tokenmill.apiKey', arguments[0])", token)
+    browser.refresh()
+    _wait(browser, "the ablations panel", lambda d: d.find_element("id", "ablations-panel").is_displayed())
+    assert _rows(browser, "ablations") == [
+        ["later", ids[1][:8], "QUEUED", "0 steps done", "-", "-"],
+        ["curation", ids[0][:8], "SUCCEEDED", "raw", "2.5000", "0.0500"], ["curated", "2.2500", "0.0125"]]
 
 
 def test_a_refused_key_is_forgotten(browser, server):

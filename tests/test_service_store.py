@@ -88,7 +88,7 @@ def test_migration_is_idempotent_and_at_head(database):
         version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
     assert {"jobs", "job_attempts", "job_events", "api_keys", "mixtures", "audit", "leader_leases",
             "alembic_version"} <= tables
-    assert version == "0006"
+    assert version == "0007"
 
 
 def test_a_sqlite_database_is_readable_by_the_service_only(tmp_path):

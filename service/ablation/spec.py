@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from pipeline.problems import SpecError, parse_model
+from pipeline.schema_rules import given
 from pipeline.spec import InputSpec, read_spec_file, resolve_paths, with_lines
 
 #: a variant's name is a folder name under ``OUT/variants/``
@@ -23,8 +24,18 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _one_of(*fields: tuple[str, str]) -> ConfigDict:
+    """A model validator's "exactly one of these fields" in the JSON schema too (``POST /v1/ablations``)."""
+    def rule(schema: dict[str, Any]) -> None:
+        schema["oneOf"] = [given(name, kind) for name, kind in fields]
+
+    return ConfigDict(extra="forbid", json_schema_extra=rule)
+
+
 class Variant(Strict):
     """One pipeline variant: ``stages`` replacing the base's, or ``set`` overrides (``key.path: value``)."""
+
+    model_config = _one_of(("stages", "array"), ("set", "object"))
 
     stages: list[dict[str, Any]] | None = None
     set: dict[str, Any] | None = None
@@ -66,6 +77,8 @@ class Proxy(Strict):
 class CommonValidation(Strict):
     """The validation set every variant is scored on, held out from the raw input before any filter."""
 
+    model_config = _one_of(("share", "number"), ("documents", "integer"))
+
     share: float | None = Field(None, gt=0.0, lt=1.0)
     documents: int | None = Field(None, ge=1)
     by: str | None = Field(None, description="a field of the raw records: bits per byte per value too")
@@ -84,12 +97,15 @@ class EvalOptions(Strict):
 class AblationSpec(Strict):
     name: str = Field("ablation", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     raw: InputSpec
-    base: dict[str, Any] = Field(default_factory=dict)
-    variants: dict[Name, Variant] = Field(min_length=1)
+    base: dict[str, Any] = Field(default_factory=dict, json_schema_extra={
+        "not": {"anyOf": [{"required": ["inputs"]}, {"required": ["name"]}]}})
+    #: a name that is not a folder name is refused by the schema too (patternProperties alone would let it by)
+    variants: dict[Name, Variant] = Field(min_length=1, json_schema_extra={"additionalProperties": False})
     tokenizer: SharedTokenizer = Field(default_factory=SharedTokenizer)
     budget: Budget
     proxy: Proxy
-    seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1,
+                                                     json_schema_extra={"uniqueItems": True})
     validation: CommonValidation = Field(default_factory=lambda: CommonValidation(share=0.02))
     tasks: list[str] = Field(default_factory=list)
     eval: EvalOptions = Field(default_factory=EvalOptions)

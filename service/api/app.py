@@ -41,7 +41,7 @@ from service.api.deps import require_key
 from service.api.edge import Edge
 from service.api.keycache import KeyCache
 from service.api.openapi import install as install_openapi
-from service.api.routers import artifacts, audit, dashboard, health, jobs, metrics, mixtures, schedules
+from service.api.routers import ablations, artifacts, audit, dashboard, health, jobs, metrics, mixtures, schedules
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.schedules.scheduler import Scheduler
 from service.settings import Settings
@@ -147,6 +147,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(artifacts.router)  # a job's and a version's files: what trainers stream
     app.include_router(schedules.router)
     app.include_router(mixtures.router)  # pinned blends of jobs and versions (issue 25)
+    app.include_router(ablations.router)  # tokenmill ablate as a job (issue 40)
     app.include_router(audit.router)  # who did what, and every refusal (issue 37)
     metrics.install(app)  # /metrics and the HTTP latency middleware
     app.include_router(dashboard.router)  # the page at /

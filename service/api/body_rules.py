@@ -30,6 +30,10 @@ def state_service_rules(schema: dict[str, Any], settings: Settings) -> None:
     _one_annotating_stage_each(components)
     for name in _body_models(schema, components):
         _no_nul(components[name])
+    if "AblationSpec" in components:  # its open mappings (base, a variant's stages and set) hold any JSON
+        components[_NUL_FREE_VALUE] = _nul_free_value()
+        for name in _ABLATION_MODELS:
+            _deep_nul_free(components.get(name))
     execution = components.get("ExecutionSpec", {}).get("properties", {})
     if "address" in execution:
         # empty or absent: the service's own (admission reads "" as none given)
@@ -118,6 +122,33 @@ def _refs(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for value in node:
             yield from _refs(value)
+
+
+#: any JSON value without U+0000 in a string or a key, at any depth: the values of an open mapping of a body
+_NUL_FREE_VALUE = "NulFreeValue"
+
+
+def _nul_free_value() -> dict[str, Any]:
+    me = {"$ref": _REF + _NUL_FREE_VALUE}
+    return {"anyOf": [{"type": "string", "pattern": NUL_FREE}, {"type": "number"}, {"type": "boolean"},
+                      {"type": "null"}, {"type": "array", "items": me},
+                      {"type": "object", "propertyNames": {"pattern": NUL_FREE}, "additionalProperties": me}]}
+
+
+#: the components of an ablation file whose open mappings hold any JSON (``POST /v1/ablations``)
+_ABLATION_MODELS = ("AblationSpec", "Variant", "Proxy")
+
+
+def _deep_nul_free(node: Any) -> None:
+    """Every open mapping below ``node``: its values without U+0000 too, at any depth."""
+    if isinstance(node, dict):
+        if node.get("type") == "object" and node.get("additionalProperties", True) is True:
+            node["additionalProperties"] = {"$ref": _REF + _NUL_FREE_VALUE}
+        for value in node.values():
+            _deep_nul_free(value)
+    elif isinstance(node, list):
+        for value in node:
+            _deep_nul_free(value)
 
 
 def _no_nul(node: Any) -> None:

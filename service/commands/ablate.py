@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from service.commands.exits import EXIT_CANCELLED, EXIT_FAILURE, EXIT_OK, error
 
@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.problems import SpecError
     from service.ablation.plan import make_plan
     from service.ablation.runner import Interrupted, StepFailed
+    from service.ablation.whole import ablate
 
     if args.stop_after is not None and args.stop_after < 1:
         return error(f"--stop-after: {args.stop_after} is not a positive number of steps")
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         print(describe(plan), flush=True)
         return EXIT_OK
     try:
-        return ablate(plan, args.stop_after)
+        ablate(plan, args.stop_after)
+        return EXIT_OK
     except SpecError as exc:
         return error(exc)
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -56,41 +58,6 @@ def run(args: argparse.Namespace) -> int:
         return error(exc) if exc.category in ("validation", "input") else error(exc, EXIT_FAILURE)
     except StepFailed as exc:
         return error(exc, EXIT_FAILURE)
-
-
-def ablate(plan: Plan, stop_after: int | None = None) -> int:
-    """Run the steps not done yet (on one Ray, started here if a job needs it), then write the results."""
-    from service.ablation import report, results
-    from service.ablation.runner import pending_jobs, run_steps
-
-    started = False
-    if pending_jobs(plan):
-        from pipeline.job.ray_env import init_ray
-
-        execution = next(iter(plan.jobs.values())).execution
-        started = init_ray(execution.address, execution.num_cpus)
-    try:
-        run_steps(plan, say=lambda line: print(line, flush=True), stop_after=stop_after)
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
-    data = results.write(plan)
-    path = report.write_report(plan, data)
-    print(summary_line(data), flush=True)
-    print(f"report: {path}", flush=True)
-    return EXIT_OK
-
-
-def summary_line(data: dict[str, Any]) -> str:
-    """One line per variant: its mean common bits per byte and the seed spread."""
-    lines = []
-    for name, v in data["variants"].items():
-        s = v["scores"].get("common")
-        lines.append(f"{name}: common bpb " + (f"{s['mean']:.4f} (spread {s['spread']:.4f}, {s['n']} seeds)"
-                                               if s else "-"))
-    return "\n".join(lines)
 
 
 def describe(plan: Plan) -> str:

@@ -84,10 +84,13 @@ async function connect() {
   }
   refreshSchedules();
   refreshMixtures();
+  refreshAblations();
   timers.push(setInterval(() => refreshJobs().catch((e) => {
     if (!(e instanceof Unauthorized)) setStatus(`cannot reach the API: ${e.message}`, true);
   }), JOBS_EVERY_MS));
-  timers.push(setInterval(() => { refreshSchedules(); refreshMixtures(); if (schedule) loadSchedule(schedule); },
+  timers.push(setInterval(() => {
+    refreshSchedules(); refreshMixtures(); refreshAblations(); if (schedule) loadSchedule(schedule);
+  },
                           SCHEDULES_EVERY_MS));
   const wanted = new URLSearchParams(location.hash.slice(1));
   if (wanted.get("job")) select(wanted.get("job"));
@@ -828,6 +831,34 @@ async function refreshMixtures() {
               cell(src.tokens.toLocaleString(), "num"), cell(src.epochs.toFixed(2), "num"));
     return tr;
   })));
+}
+
+// ---- ablations (shown only when the API has them) --------------------------------------------------------
+
+async function refreshAblations() {
+  const items = await listItems("v1/ablations");
+  $("ablations-panel").hidden = items === null;
+  if (items === null) return;
+  $("ablations-empty").hidden = items.length > 0;
+  // items: AblationOut of /v1/ablations (service/api/routers/ablations.py); one row per variant once finished
+  $("ablations").tBodies[0].replaceChildren(...items.flatMap((ab) => {
+    const variants = Object.entries(ab.scores || {});
+    const rows = variants.length ? variants : [[null, null]];
+    return rows.map(([name, scores], i) => {
+      const tr = document.createElement("tr");
+      tr.dataset.ablation = ab.id;
+      if (i === 0) {
+        const cells = [cell(ab.name), cell(idCode(ab.id)), cell(ab.state)];
+        for (const c of cells) c.rowSpan = rows.length;
+        tr.append(...cells);
+      }
+      const common = scores && scores.common;
+      tr.append(cell(name || `${ab.steps_done.length} steps done`),
+                cell(common ? common.mean.toFixed(4) : "-", "num"),
+                cell(common ? common.spread.toFixed(4) : "-", "num"));
+      return tr;
+    });
+  }));
 }
 
 // ---- schedules (shown only when the API has them) --------------------------------------------------------

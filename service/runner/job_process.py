@@ -40,6 +40,8 @@ from service import ownership
 from service.confine import Roots
 from service.confine import problems as path_problems
 from service.runner import publish
+from service.runner.ablation_attempt import run_ablation
+from service.store.models import ABLATION
 
 RUN_FILE = "run.json"
 #: the values of the spec's secrets, which ``run.json`` shows as ``<redacted>`` (:func:`write_run`)
@@ -128,6 +130,8 @@ def run_attempt(run_dir: Path) -> int:
     try:
         run = read_run(run_dir)
         print(f"tokenmill job {run.get('job_id')} attempt {run.get('attempt')}: pid {os.getpid()}", flush=True)
+        if run.get("kind") == ABLATION:  # tokenmill ablate's steps, not the engine (POST /v1/ablations)
+            return run_ablation(run, sink)
         try:
             spec = admit(run)
         except AdmissionError as exc:

@@ -52,7 +52,7 @@ from service.runner.ray_jobs import RayJobs
 from service.runner.summary import fold_all, with_stats
 from service.store import repo
 from service.store.db import Database
-from service.store.models import ACTIVE, Attempt, Job, JobState, utcnow
+from service.store.models import ABLATION, ACTIVE, PIPELINE, Attempt, Job, JobState, utcnow
 
 log = logging.getLogger("tokenmill.supervisor")
 
@@ -270,7 +270,8 @@ class Supervisor(LeaderLoop):
                 job, att = repo.start_attempt(s, job_id, run_dir=self.config.run_dir, host=self.host)
             except repo.Conflict:  # cancelled in the meantime
                 return
-            run = {"job_id": job.id, "attempt": att.number, "team": job.team, "spec": self._spec_for_run(job.spec),
+            run = {"job_id": job.id, "attempt": att.number, "team": job.team, "kind": job.kind,
+                   "spec": self._spec_for_run(job.spec, job.kind),
                    "roots": self.config.roots.to_json() if self.config.roots else None,
                    "ray_start_timeout_s": self.config.ray_start_timeout_s}
             run_dir, number = Path(att.run_dir), att.number
@@ -295,10 +296,11 @@ class Supervisor(LeaderLoop):
                 att.pid, att.proc_started = ref.pid, ref.started
         log.info("job %s attempt %d: %s", job_id, number, f"pid {ref.pid}" if ref else "submitted")
 
-    def _spec_for_run(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The stored spec with the service's execution settings: its Ray address, its default CPUs."""
+    def _spec_for_run(self, spec: dict[str, Any], kind: str = PIPELINE) -> dict[str, Any]:
+        """The stored spec with the service's execution settings: its Ray address, its default CPUs (an
+        ablation's: in its ``base``, which every variant's job spec starts from)."""
         spec = json.loads(json.dumps(spec))
-        ex = spec.setdefault("execution", {})
+        ex = (spec.setdefault("base", {}) if kind == ABLATION else spec).setdefault("execution", {})
         # through the Jobs API the driver runs on the cluster: no address (Ray's RAY_ADDRESS), no local node
         ex["address"] = None if self.config.ray_jobs_url else self.config.ray_address
         if self.config.job_cpus and not ex.get("num_cpus") and not self.config.ray_address \

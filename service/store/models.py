@@ -56,6 +56,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 #: the team of every key, job, schedule and mixture made before teams existed (revision 0005)
 DEFAULT_TEAM = "default"
+#: a job's kinds (:attr:`Job.kind`)
+PIPELINE, ABLATION = "pipeline", "ablation"
 
 
 def utcnow() -> datetime:
@@ -107,6 +109,8 @@ class Job(Base):
     api_key_id: Mapped[str | None] = mapped_column(String(32))
     #: the submitting key's team (:mod:`service.api.access`): only its keys and admins see the job
     team: Mapped[str] = mapped_column(String(64), server_default=DEFAULT_TEAM)
+    #: what its process runs: the pipeline engine (``pipeline``) or an ablation's steps (``ablation``, revision 0007)
+    kind: Mapped[str] = mapped_column(String(16), server_default=PIPELINE)
     #: number of the latest attempt (0: never started)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
@@ -127,6 +131,7 @@ class Job(Base):
         Index("ix_jobs_state_queued_at", "state", "queued_at"),
         Index("ix_jobs_created_at", "created_at"),
         Index("ix_jobs_team_seq", "team", "seq"),
+        Index("ix_jobs_kind_seq", "kind", "seq"),
     )
 
 

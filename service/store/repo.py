@@ -30,6 +30,7 @@ from service.store.models import (
     ACTIVE,
     CONSUMED,
     DEFAULT_TEAM,
+    PIPELINE,
     TERMINAL,
     TRANSITIONS,
     ApiKey,
@@ -105,8 +106,9 @@ def request_hash(spec: dict[str, Any]) -> str:
 
 def create_job(s: Session, spec: dict[str, Any], *, name: str, spec_hash: str, output_path: str,
                idempotency_key: str | None = None, api_key_id: str | None = None,
-               team: str = DEFAULT_TEAM) -> tuple[Job, bool]:
-    """A new QUEUED job, or ``(existing, False)`` when this key (per API key) was used before with the same spec."""
+               team: str = DEFAULT_TEAM, kind: str = PIPELINE) -> tuple[Job, bool]:
+    """A new QUEUED job (``kind``: :data:`~service.store.models.PIPELINE` or ``ABLATION``), or ``(existing,
+    False)`` when this key (per API key) was used before with the same spec."""
     digest = request_hash(spec)
     scoped = _scoped(idempotency_key, api_key_id)
     if scoped is not None:
@@ -115,7 +117,7 @@ def create_job(s: Session, spec: dict[str, Any], *, name: str, spec_hash: str, o
             return existing, False
     job = Job(id=secrets.token_hex(8), name=name, state=JobState.QUEUED, spec=spec, spec_hash=spec_hash,
               output_path=output_path, idempotency_key=scoped, request_hash=digest, api_key_id=api_key_id,
-              team=team, attempt=0, cancel_requested=False, summary={}, event_seq=0)
+              team=team, kind=kind, attempt=0, cancel_requested=False, summary={}, event_seq=0)
     try:
         with s.begin_nested():  # a concurrent request with the same key: the unique index decides
             s.add(job)
@@ -203,10 +205,13 @@ def lock_job(s: Session, job_id: str, team: str | None = None) -> Job:
 
 def list_jobs(s: Session, *, states: Iterable[str] = (), name: str | None = None,
               created_after: datetime | None = None, created_before: datetime | None = None,
-              before_seq: int | None = None, limit: int = 50, team: str | None = None) -> list[Job]:
+              before_seq: int | None = None, limit: int = 50, team: str | None = None,
+              kind: str | None = None) -> list[Job]:
     """Newest first; ``before_seq`` is the cursor (the ``seq`` of the last job of the previous page); ``team``:
-    that team's only."""
+    that team's only; ``kind``: that kind's only."""
     stmt = select(Job).order_by(Job.seq.desc()).limit(limit)
+    if kind is not None:
+        stmt = stmt.where(Job.kind == kind)
     if team is not None:
         stmt = stmt.where(Job.team == team)
     states = list(states)

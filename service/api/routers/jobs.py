@@ -22,7 +22,7 @@ from service.api.schemas import INT32_MAX, JobId
 from service.runner.job_process import LOG_FILE, RAY_LOG_FILE
 from service.store import repo
 from service.store.db import Database
-from service.store.models import TERMINAL, ApiKey, JobState
+from service.store.models import PIPELINE, TERMINAL, ApiKey, JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=access.forbidden())
 SubmitKey = Annotated[ApiKey, access.may("submit jobs")]
@@ -111,12 +111,12 @@ def list_jobs(key: KeyDep, db: DbDep,
                   "an admin's filter (others see their own team's jobs only)"))] = None,
               ) -> schemas.JobList:
     """Jobs, newest first, filtered; follow `next_cursor` for the next page. A key sees its own team's jobs
-    (an admin, every team's)."""
+    (an admin, every team's). Ablations are listed apart (`/v1/ablations`)."""
     scope = access.list_scope(key, team)
     with db.read() as s:
         jobs = repo.list_jobs(s, states=[str(x) for x in state], name=name, created_after=_aware(created_after),
                               created_before=_aware(created_before), before_seq=int(cursor, 16) if cursor else None,
-                              limit=limit + 1, team=scope)
+                              limit=limit + 1, team=scope, kind=PIPELINE)
         items = [schemas.JobOut.of(j) for j in jobs[:limit]]
     return schemas.JobList(items=items, next_cursor=_encode_cursor(jobs[limit - 1].seq) if len(jobs) > limit else None)
 
