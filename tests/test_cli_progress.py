@@ -262,6 +262,9 @@ def fake_job(monkeypatch, tmp_path):
     spec = parse_spec({"name": "fake", "inputs": [{"path": str(tmp_path / "in.jsonl")}],
                        "output": {"path": str(tmp_path / "out")}})
     monkeypatch.setattr(engine, "Job", _FakeJob)
+    # a job run in this process by an earlier test (tokenmill.run, ablate) left Ray's log routed: the fake job
+    # starts no Ray, so its errors name no Ray log, as in a fresh `tokenmill run` process
+    monkeypatch.delitem(sys.modules, "pipeline.job.ray_env", raising=False)
     _FakeJob.instances.clear()
     return spec
 

@@ -48,7 +48,9 @@ def test_make_demo_from_a_fresh_clone_installs_the_demo_extras_and_the_lid_model
     values tests/demo_install.py reads, and the demo after them."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "PIP_FLAGS", "VENV", "PYTHON")}
+    # a fresh shell's make: not one nested in `make test` (MAKELEVEL would add "Entering directory" lines)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PIP_FLAGS", "VENV", "PYTHON")}
     proc = subprocess.run(["make", "-n", "demo"], cwd=clone, env=env, capture_output=True, text=True, timeout=60,
                           check=True)
     lines = proc.stdout.splitlines()
