@@ -77,16 +77,16 @@ def problems(spec: Any, roots: Roots, expand: bool = True) -> list[PathProblem]:
     """Every path of ``spec`` (a :class:`pipeline.spec.JobSpec`) that falls outside ``roots``."""
     found: list[PathProblem] = []
     for i, inp in enumerate(spec.inputs):
-        found += _check_read(("inputs", i, "path"), inp.path, roots, expand)
+        found += check_read(("inputs", i, "path"), inp.path, roots, expand)
     if spec.tokenizer is not None and spec.tokenizer.path:
-        found += _check_read(("tokenizer", "path"), spec.tokenizer.path, roots, expand=False)
+        found += check_read(("tokenizer", "path"), spec.tokenizer.path, roots, expand=False)
     for i, stage in enumerate(spec.stages):
         for at, v in stage_path_values(stage.type, stage.params):
             if isinstance(v, str) and v:
-                found += _check_read(("stages", i, "params", *at), v, roots, expand)
+                found += check_read(("stages", i, "params", *at), v, roots, expand)
     for i, earlier in enumerate(spec.output.card_compare):  # the card reads their stats.json
-        found += _check_read(("output", "card_compare", i), earlier, roots, expand=False)
-    found += _check_write(("output", "path"), spec.output.path, roots)
+        found += check_read(("output", "card_compare", i), earlier, roots, expand=False)
+    found += check_write(("output", "path"), spec.output.path, roots)
     return found
 
 
@@ -103,7 +103,7 @@ def stage_path_values(stage_type: str, params: dict[str, Any]) -> Iterator[tuple
 
 def readable(raw: Any, roots: Roots) -> bool:
     """True when ``raw`` is a path a job may read (every file it matches now included)."""
-    return isinstance(raw, str) and bool(raw) and not _check_read(("path",), raw, roots, expand=True)
+    return isinstance(raw, str) and bool(raw) and not check_read(("path",), raw, roots, expand=True)
 
 
 def _real(path: str | os.PathLike[str]) -> Path:
@@ -155,7 +155,7 @@ def _uri_problem(loc: tuple[str | int, ...], raw: str, roots: tuple[str, ...], w
     return [PathProblem(loc, f"{raw!r} is not inside {what} ({', '.join(roots) or 'no object-store root configured'})")]
 
 
-def _check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool) -> list[PathProblem]:
+def check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool) -> list[PathProblem]:
     if is_remote(raw):
         return _uri_problem(loc, raw, roots.remote_read, "the readable roots")
     bad = _shape(loc, raw)
@@ -173,7 +173,7 @@ def _check_read(loc: tuple[str | int, ...], raw: str, roots: Roots, expand: bool
     return []
 
 
-def _check_write(loc: tuple[str | int, ...], raw: str, roots: Roots) -> list[PathProblem]:
+def check_write(loc: tuple[str | int, ...], raw: str, roots: Roots) -> list[PathProblem]:
     if is_remote(raw):
         return _uri_problem(loc, raw, roots.remote_write, "an output root (the root itself is not allowed)",
                             strictly=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from pipeline.problems import Problem
 from service.ablation.plan import Plan
 from service.ablation.spec import AblationSpec
-from service.confine import Roots, _check_read, _check_write
+from service.confine import Roots, check_read, check_write
 from service.confine import problems as job_problems
 
 #: the trainer configs shipped with tokenmill
@@ -22,16 +22,16 @@ SHIPPED_CONFIGS = Path(__file__).resolve().parents[2] / "training" / "configs"
 
 def problems(spec: AblationSpec, roots: Roots) -> list[Problem]:
     """Each of the ablation file's own paths that falls outside ``roots``, at its field."""
-    found = _check_read(("raw", "path"), spec.raw.path, roots, expand=True)
+    found = check_read(("raw", "path"), spec.raw.path, roots, expand=True)
     if spec.tokenizer.path:
-        found += _check_read(("tokenizer", "path"), spec.tokenizer.path, roots, expand=False)
+        found += check_read(("tokenizer", "path"), spec.tokenizer.path, roots, expand=False)
     if Path(spec.proxy.config).parent != SHIPPED_CONFIGS:
-        found += _check_read(("proxy", "config"), spec.proxy.config, roots, expand=False)
+        found += check_read(("proxy", "config"), spec.proxy.config, roots, expand=False)
     for i, task in enumerate(spec.tasks):
         _, sep, path = task.partition(":")
         if sep and path:
-            found += _check_read(("tasks", i), path, roots, expand=False)
-    found += _check_write(("out",), spec.out, roots)
+            found += check_read(("tasks", i), path, roots, expand=False)
+    found += check_write(("out",), spec.out, roots)
     return [Problem(p.loc, p.msg, "path") for p in found]
 
 
