@@ -92,23 +92,31 @@ def test_a_cancel_refuses_a_later_claim_to_publish(db):
 #: asks to publish when told to (``go``), reports what the answer says, ends when told to (``end``); deaf to
 #: SIGTERM, so the answer alone decides
 STAND_IN = r'''
-import json, os, signal, sys, time
+import signal, sys, time
 from pathlib import Path
 from service.runner import publish
-run_dir = Path(sys.argv[sys.argv.index("--run-dir") + 1])
+from service.runner.report import Reporter, database_from_env
+arg = lambda name: sys.argv[sys.argv.index(name) + 1]
+run_dir = Path(arg("--run-dir"))
+rep = Reporter(database_from_env(), arg("--job"), int(arg("--attempt")), run_dir)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 def wait_for(name):
     while not (run_dir / name).exists():
         time.sleep(0.02)
 (run_dir / "ready").touch()
 wait_for("go")
-granted = publish.ask(run_dir)
+granted = publish.ask(rep.db, rep.job_id, rep.attempt)
 wait_for("end")
-event = ({"type": "job_finished", "output": "/o", "shards": 0, "samples": 0, "tokens": 0, "documents": 1,
-          "seconds": 0.1} if granted else {"type": "job_failed", "category": "cancelled", "message": "refused"})
-with open(run_dir / "events.jsonl", "a") as f:
-    f.write(json.dumps({**event, "ts": time.time()}) + "\n")
+rep.events.report({"type": "job_finished", "output": "/o", "shards": 0, "samples": 0, "tokens": 0, "documents": 1,
+                   "seconds": 0.1, "ts": time.time()} if granted else
+                  {"type": "job_failed", "category": "cancelled", "message": "refused", "ts": time.time()})
+rep.close()
 '''
+
+
+def _answer(db: Database, job_id: str) -> str | None:
+    with db.read() as s:
+        return repo.get_attempt(s, job_id, 1).publish_answer
 
 
 def test_the_supervisor_answers_a_publish_request_under_the_row_lock(db, tmp_path):
@@ -127,8 +135,8 @@ def test_the_supervisor_answers_a_publish_request_under_the_row_lock(db, tmp_pat
             assert repo.cancel_job(s, cancelled).state == JobState.CANCELLING
         for d in run.values():
             (d / "go").touch()
-        _wait("the answers", lambda: all((d / publish.ANSWER_FILE).exists() for d in run.values()), timeout=30)
-        assert [(d / publish.ANSWER_FILE).read_text() for d in run.values()] == [publish.REFUSED, publish.GRANTED]
+        _wait("the answers", lambda: all(_answer(db, j) for j in run), timeout=30)
+        assert [_answer(db, j) for j in run] == [publish.REFUSED, publish.GRANTED]
         with db.session() as s, pytest.raises(repo.Conflict, match="publishing its output"):
             repo.cancel_job(s, published)
         for d in run.values():

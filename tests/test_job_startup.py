@@ -24,6 +24,7 @@ from pipeline.job import events as ev
 from pipeline.job.fold import JobSummary
 from pipeline.job.summary import JobLog, event_line
 from service.progress import LiveRenderer, PlainRenderer
+from service.runner.report import ship_rest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,6 +194,8 @@ def test_logs_serve_the_job_log_or_rays(tmp_path):
             repo.start_attempt(s, job_id, run_dir=lambda j, n: str(run_dir), host="h")
         (run_dir / "job.log").write_text("tokenmill line\n")
         (run_dir / "ray.log").write_text("Failed to determine local IP\n")
+        with app.state.db.session() as s:  # what the job process ships (service.runner.report)
+            ship_rest(s, job_id, 1, str(run_dir))
         url = f"/v1/jobs/{job_id}/logs"
         assert client.get(url, headers=headers).text == "tokenmill line\n"
         assert client.get(url, params={"source": "job"}, headers=headers).text == "tokenmill line\n"

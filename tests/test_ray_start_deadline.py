@@ -3,7 +3,7 @@ server here that accepts and stays silent; ``ray.init`` blocks in Ray's C++ core
 interrupts it) ends the job FAILED ``infra`` in one line with a ``job_failed`` event, and nothing of the job is
 left running.
 
-- through the supervisor and a real job process (``--ray-start-timeout-s`` reaches it in ``run.json``);
+- through the supervisor and a real job process (``--ray-start-timeout-s`` reaches it in its run);
 - ``tokenmill run --address ... --ray-start-timeout-s``: one ``error:`` line, exit 1;
 - the setting's plumbing: ``TOKENMILL_RAY_START_TIMEOUT_S``, ``serve --ray-start-timeout-s``, the runner's config.
 """
@@ -27,7 +27,6 @@ from service.api.app import runner_config
 from service.commands.serve import main as main_serve
 from service.confine import Roots
 from service.runner import process
-from service.runner.job_process import RUN_FILE
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.settings import RAY_START_TIMEOUT_S, Settings
 from service.store import repo
@@ -111,7 +110,8 @@ def test_a_ray_address_that_never_answers_fails_the_job_within_the_deadline(tmp_
         assert types == ["ray_starting", "job_failed"]
         assert failed is not None and failed.data["category"] == "infra" and "\n" not in failed.data["message"]
         assert time.monotonic() - t0 < 45  # the deadline, the job process's start and a tick or two
-        assert json.loads((Path(run_dir) / RUN_FILE).read_text())["ray_start_timeout_s"] == DEADLINE_S
+        with db.read() as s:
+            assert repo.get_attempt(s, job_id, 1).run["ray_start_timeout_s"] == DEADLINE_S
         assert _left(run_dir, pid) == []
     finally:
         sup.stop()

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from pipeline.spec import JobSpec
 from service import auth
@@ -35,12 +35,13 @@ from service.api.keycache import KeyCache, _Entry
 from service.commands.serve import main as main_serve
 from service.confine import Roots
 from service.runner import process
+from service.runner.report import Reporter, log_tail
 from service.runner.summary import fold, with_stats
 from service.runner.supervisor import RunnerConfig, Supervisor
 from service.settings import Settings, machine_cpus
 from service.store import repo
 from service.store.db import Database
-from service.store.models import ApiKey, JobState, utcnow
+from service.store.models import ApiKey, AttemptEvent, JobState, utcnow
 from tests.test_service_store import postgres_url  # noqa: F401 - a fixture
 
 # ---- the API ----------------------------------------------------------------------------------------------
@@ -469,12 +470,15 @@ def test_summary_folds_events_into_figures():
 # ---- the supervisor, with a stand-in job process ----------------------------------------------------------
 
 FAKE_JOB = r'''
-import json, os, signal, sys, time
-run_dir = sys.argv[sys.argv.index("--run-dir") + 1]
-run = json.load(open(os.path.join(run_dir, "run.json")))
-events = open(os.path.join(run_dir, "events.jsonl"), "a")
+import os, signal, sys, time
+from pathlib import Path
+from service.runner.report import Reporter, database_from_env
+arg = lambda name: sys.argv[sys.argv.index(name) + 1]
+run_dir = arg("--run-dir")
+rep = Reporter(database_from_env(), arg("--job"), int(arg("--attempt")), Path(run_dir))
+run = rep.run()
 def emit(kind, **kw):
-    events.write(json.dumps({"type": kind, "ts": time.time(), **kw}) + "\n"); events.flush()
+    rep.events.report({"type": kind, "ts": time.time(), **kw})
 behaviour, attempt = run["spec"]["name"], run["attempt"]
 def on_term(*_):
     emit("job_failed", category="cancelled", message="cancelled during write", phase="write"); sys.exit(130)
@@ -483,6 +487,7 @@ emit("job_started", job=behaviour, spec_hash="h", output="/o", parallelism=1, re
 emit("phase", phase="write", state="started")
 print("fake job", behaviour, "attempt", attempt, flush=True)
 if behaviour in ("slow", "stubborn"):
+    rep.events.flush(10)
     open(os.path.join(run_dir, "ready"), "w").close()
     time.sleep(60)
 if behaviour == "crash" and attempt == 1:
@@ -494,6 +499,7 @@ if behaviour == "crash" and attempt == 1:
             subprocess.Popen(sleep, start_new_session=True)]
     open(os.path.join(run_dir, "children"), "w").write(" ".join(str(k.pid) for k in kids))
 if behaviour == "crash" and attempt == 1 or behaviour == "always_crash":
+    rep.events.flush(10)
     os.kill(os.getpid(), signal.SIGKILL)
 if behaviour == "bad_input":
     emit("job_failed", category="input", message="no file matches", phase=None); sys.exit(2)
@@ -627,7 +633,7 @@ def test_a_job_whose_process_dies_resumes_as_a_new_attempt_then_fails_after_max_
 def test_cancel_sends_sigterm_and_a_stubborn_process_gets_sigkill(supervised, tmp_path):
     db, make, submit = supervised
     slow, stubborn = submit("slow"), submit("stubborn")
-    make(max_running=2, cancel_grace_s=0.5).start()
+    make(max_running=2, cancel_grace_s=3).start()  # time to report the cancel to a busy SQLite
     runs = tmp_path / "state" / "jobs"
     _wait(lambda: all((runs / j / "attempt-1" / "ready").exists() for j in (slow, stubborn)), what="jobs to run")
     for job_id in (slow, stubborn):
@@ -660,10 +666,10 @@ def test_a_restarted_supervisor_reattaches_to_a_live_job_process(supervised, tmp
     assert _attempts(db, job_id) == [(1, "cancelled", None)]  # not its parent: the outcome came from its events
 
 
-def test_the_run_folder_holds_no_secret_in_clear_and_the_job_process_reads_it_back(supervised, tmp_path,
-                                                                                    monkeypatch):
-    """Issue 37: ``run.json`` holds the spec with its secrets ``<redacted>``; their values are in a ``secrets.json``
-    only the service's user can read (0600), from which the job process puts them back; a retry's run gets the
+def test_the_run_folder_holds_no_secret_and_the_job_process_reads_it_from_the_database(supervised, tmp_path,
+                                                                                      monkeypatch):
+    """Issue 37, then 41: the job process reads its run, secrets included, from its attempt's row (the database
+    holds the spec anyway); nothing in its folder, its log or its events holds a secret; a retry's run gets the
     stored value again."""
     from service.runner import job_process
 
@@ -680,6 +686,7 @@ def test_the_run_folder_holds_no_secret_in_clear_and_the_job_process_reads_it_ba
     with db.session() as s:
         repo.retry_job(s, job_id)
     _wait(lambda: _state(db, job_id) == "FAILED" and len(_attempts(db, job_id)) == 2, what="the retry")
+    sup.stop()
 
     class Engine:  # the engine where Ray would start: keeps the spec the job process hands it
         seen: list[JobSpec] = []
@@ -691,19 +698,19 @@ def test_the_run_folder_holds_no_secret_in_clear_and_the_job_process_reads_it_ba
             pass
 
         def run(self) -> None:
-            pass
+            print("engine ran", flush=True)
 
     monkeypatch.setattr(job_process, "Job", Engine)
     for number in (1, 2):
         run_dir = tmp_path / "state" / "jobs" / job_id / f"attempt-{number}"
-        run = json.loads((run_dir / "run.json").read_text())
-        assert SALT not in (run_dir / "run.json").read_text()
-        assert run["spec"]["stages"][1]["params"]["salt"] == "<redacted>"
-        assert (run_dir / "secrets.json").stat().st_mode & 0o777 == 0o600
-        assert job_process.run_attempt(run_dir) == 0
+        assert job_process.run_attempt(Reporter(db, job_id, number, run_dir)) == 0
         assert Engine.seen[-1].stage_params(1).salt == SALT  # type: ignore[attr-defined]
-        for name in ("job.log", "events.jsonl"):
-            assert SALT not in (run_dir / name).read_text(), name
+        for path in run_dir.iterdir():
+            assert SALT not in path.read_text(errors="replace"), path.name
+    with db.read() as s:
+        assert SALT not in json.dumps([e.data for e in repo.events_after(s, job_id)])
+        assert SALT not in json.dumps([dict(r.data) for r in s.scalars(select(AttemptEvent))])
+        assert SALT not in log_tail(s, job_id, 2, "job", 1 << 20).decode()
 
 
 def _events(db: Database, job_id: str):
@@ -741,12 +748,20 @@ def test_the_job_process_checks_the_spec_again_and_always_reports_its_end(tmp_pa
     roots = Roots.of([root], [root]).to_json()
     runs = iter(range(100))
 
+    db = Database(f"sqlite:///{tmp_path / 'jobs.db'}")
+    db.migrate()
+
     def attempt(spec: dict) -> tuple[int, dict]:
         run_dir = tmp_path / f"run-{next(runs)}"
-        run_dir.mkdir()
-        (run_dir / "run.json").write_text(json.dumps({"job_id": "j", "attempt": 1, "spec": spec, "roots": roots}))
-        rc = job_process.run_attempt(run_dir)
-        return rc, json.loads((run_dir / "events.jsonl").read_text().splitlines()[-1])
+        with db.session() as s:
+            job, _ = repo.create_job(s, spec, name="j", spec_hash="h" * 64, output_path=str(run_dir))
+            job, att = repo.start_attempt(s, job.id, run_dir=lambda j, n: str(run_dir), host="h")
+            att.run = {"job_id": job.id, "attempt": 1, "spec": spec, "roots": roots}
+        rc = job_process.run_attempt(Reporter(db, job.id, 1, run_dir))
+        with db.read() as s:
+            last = s.scalars(select(AttemptEvent).where(AttemptEvent.job_id == job.id)
+                             .order_by(AttemptEvent.seq.desc()).limit(1)).one()
+        return rc, dict(last.data)
 
     (root / "in" / "a.jsonl").symlink_to(outside)  # swapped in after the API accepted the spec
     rc, last = attempt(spec)

@@ -1,21 +1,20 @@
 """Jobs submitted through Ray's Jobs API (service.runner.ray_jobs): the driver runs on the cluster.
 
-The supervisor's decisions with a stand-in Jobs API client (fast): submission by a derived id, outcome
-from the events file, re-attach after a restart, cancel as ``stop_job``, FAILED without a result resumed,
+The supervisor's decisions with a stand-in Jobs API client (fast): submission by a derived id, outcome from the events
+the driver reports to the database, re-attach after a restart, cancel as ``stop_job``, FAILED without a result resumed,
 STOPPED from outside CANCELLED, no decision while the Jobs API does not answer.
 
-End to end (ray, slow): a Ray head with its dashboard (the Jobs API) is started as a separate
-``ray start --head --block`` process, with token auth, stopped by its process group id. The service (the
-app in this process, its supervisor thread) has ``ray_jobs_url`` set; its state folder is on this
-machine's disk, which the head shares (the module's requirement). One job is submitted through the REST
-API and followed to SUCCEEDED: the Jobs API lists its submission as SUCCEEDED, the manifest is published,
-the job's log is the driver's. A second job is cancelled while it runs: ``stop_job``, the job's own
-SIGTERM handling reports the cancel, the job ends CANCELLED with nothing published, the submission STOPPED.
+End to end (ray, slow): a Ray head with its dashboard (the Jobs API) is started as a separate ``ray start --head
+--block`` process, with token auth, stopped by its process group id. The service (the app in this process, its
+supervisor thread) has ``ray_jobs_url`` set; the driver reports to the service's database (its SQLite file, which the
+head on this machine reaches), not through the state folder. One job is submitted through the REST API and followed to
+SUCCEEDED: the Jobs API lists its submission as SUCCEEDED, the manifest is published, the job's log is the driver's. A
+second job is cancelled while it runs: ``stop_job``, the job's own SIGTERM handling reports the cancel, the job ends
+CANCELLED with nothing published, the submission STOPPED.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import secrets
@@ -67,14 +66,16 @@ class FakeJobs:
         return True
 
 
-def _emit(run_dir: str, *records: dict) -> None:
-    with open(Path(run_dir) / "events.jsonl", "a", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps({"ts": time.time(), **rec}) + "\n")
+def _emit(box, *records: dict) -> None:
+    """Report ``records`` as the driver would (``box``: its :class:`service.runner.report.EventOutbox`)."""
+    for rec in records:
+        box.report({"ts": time.time(), **rec})
+    assert box.flush(10)
 
 
 def test_the_supervisor_follows_submissions_by_their_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from service.runner import ray_jobs
+    from service.runner.report import EventOutbox
     from service.runner.supervisor import RunnerConfig, Supervisor
     from service.store import repo
     from service.store.db import Database
@@ -106,13 +107,17 @@ def test_the_supervisor_follows_submissions_by_their_id(tmp_path: Path, monkeypa
     sids = {j: ray_jobs.submission_id(j, 1) for j in (ok, cancelled, lost)}
     assert set(FakeJobs.table) == set(sids.values())  # three at once, the fourth queued
     row = FakeJobs.table[sids[ok]]
-    assert row["entrypoint"].endswith(f"-m service.runner.job_process --run-dir {run_dir(ok)} --log-output")
+    assert row["entrypoint"].endswith(f"-m service.runner.job_process --job {ok} --attempt 1 "
+                                      f"--run-dir {run_dir(ok)} --log-output")
     assert row["env"]["RAY_JOB_STOP_WAIT_TIME_S"] == "7"
-    assert json.loads((Path(run_dir(ok)) / "run.json").read_text())["spec"]["execution"]["address"] is None
+    assert row["env"]["TOKENMILL_DATABASE_URL"] == f"sqlite:///{tmp_path / 'jobs.db'}"  # where the driver reports
+    with db.read() as s:
+        assert repo.get_attempt(s, ok, 1).run["spec"]["execution"]["address"] is None
+    boxes = {j: EventOutbox(db, j, 1) for j in (ok, cancelled)}
 
     for sid in sids.values():
         FakeJobs.table[sid]["status"] = "RUNNING"
-    _emit(run_dir(ok), {"type": "job_started", "job": "ok"}, {"type": "job_finished", "shards": 1})
+    _emit(boxes[ok], {"type": "job_started", "job": "ok"}, {"type": "job_finished", "shards": 1})
     FakeJobs.table[sids[ok]].update(status="SUCCEEDED", code=0)
     FakeJobs.down = True  # no answer: nothing is decided
     try:
@@ -133,7 +138,7 @@ def test_the_supervisor_follows_submissions_by_their_id(tmp_path: Path, monkeypa
     with db.session() as s:
         notes = [e.data.get("message", "") for e in repo.events_after(s, cancelled, 0)]
     assert any(f"re-attached to the Ray job submission {sids[cancelled]}" in m for m in notes), notes
-    _emit(run_dir(cancelled), {"type": "job_failed", "category": "cancelled", "message": "cancelled"})
+    _emit(boxes[cancelled], {"type": "job_failed", "category": "cancelled", "message": "cancelled"})
     FakeJobs.table[sids[cancelled]]["status"] = "STOPPED"
     FakeJobs.table[sids[lost]].update(status="FAILED", message="Job supervisor actor died", code=None)
     sup.tick()
@@ -152,6 +157,8 @@ def test_the_supervisor_follows_submissions_by_their_id(tmp_path: Path, monkeypa
     assert state(stopped) == "CANCELLED"
     with db.session() as s:
         assert [a.outcome for a in repo.attempts_of(s, stopped)] == ["cancelled"]
+    for box in boxes.values():
+        box.close()
     db.dispose()
 
 
@@ -246,7 +253,7 @@ def test_a_job_runs_and_cancels_through_the_ray_jobs_api(tmp_path: Path, monkeyp
             listed = {j.submission_id: str(j.status.value) for j in jobs.list_jobs()}
             assert listed.get(submission_id(ok, 1)) == "SUCCEEDED", listed
             log = client.get(f"/v1/jobs/{ok}/logs", headers=headers).text
-            assert f"tokenmill job {ok} attempt 1" in log  # the driver's own output, through the shared folder
+            assert f"tokenmill job {ok} attempt 1" in log  # the driver's own output, through the database
 
             r = client.post("/v1/jobs", json=_spec(root, "out2", docs="big"), headers=headers)
             assert r.status_code == 201, r.text

@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
@@ -57,9 +59,9 @@ def postgres_url() -> str:
     return url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request, tmp_path):
-    """A migrated, empty database: a SQLite file, or a private schema on the PostgreSQL server."""
+def migrated_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated, empty database for a fixture parametrized ``sqlite`` / ``postgresql``: a SQLite file, or a
+    private schema on the PostgreSQL server; dropped afterwards."""
     if request.param == "sqlite":
         db = Database(f"sqlite:///{tmp_path / 'store.db'}")
     else:
@@ -68,6 +70,11 @@ def database(request, tmp_path):
     yield db
     db.drop_schema()
     db.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request, tmp_path):
+    yield from migrated_database(request, tmp_path)
 
 
 def _spec(name: str = "j", out: str = "/data/out") -> dict:
@@ -87,8 +94,8 @@ def test_migration_is_idempotent_and_at_head(database):
         tables = set(inspect(conn).get_table_names())
         version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
     assert {"jobs", "job_attempts", "job_events", "api_keys", "mixtures", "audit", "leader_leases",
-            "alembic_version"} <= tables
-    assert version == "0007"
+            "attempt_events", "attempt_logs", "alembic_version"} <= tables
+    assert version == "0008"
 
 
 def test_a_sqlite_database_is_readable_by_the_service_only(tmp_path):

@@ -37,6 +37,7 @@ class ProcessRef:
 
 def start(command: Sequence[str], run_dir: Path, log_path: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start ``command --run-dir RUN_DIR`` in a new session, output appended to ``log_path``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen([*command, RUN_DIR_FLAG, str(run_dir)], stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, env=dict(env), close_fds=True)
@@ -180,6 +181,10 @@ class Executor(Protocol):
     def ended(self, att: Any) -> Ended:
         """How it ended, once ``alive`` said it no longer runs."""
 
+    def folder_here(self, att: Any) -> str | None:
+        """The attempt's folder when it is on this machine (the supervisor ships the logs a killed process could
+        not: :func:`service.runner.report.ship_rest`), else None."""
+
 
 class LocalProcesses:
     """Each attempt a child process of this machine, in its own session (the default)."""
@@ -190,11 +195,14 @@ class LocalProcesses:
         self._children: dict[int, subprocess.Popen[bytes]] = {}  # the processes this service started
 
     def launch(self, job_id: str, number: int, run_dir: Path) -> ProcessRef:
-        child = start(self.command, run_dir, run_dir / self.log_file, {**os.environ, **self.env})
+        command = (*self.command, "--job", job_id, "--attempt", str(number))
+        child = start(command, run_dir, run_dir / self.log_file, {**os.environ, **self.env})
         self._children[child.pid] = child
         return ProcessRef(child.pid, start_time(child.pid) or 0.0)
 
     def alive(self, att: Any) -> bool:
+        if self.folder_here(att) is None:  # another replica's host, whose processes cannot be seen from here: lost
+            return False
         if att.pid is None:  # the service died between starting the process and recording it
             ref = find(att.run_dir)
             if ref is not None:
@@ -225,6 +233,9 @@ class LocalProcesses:
         code = child.returncode if child is not None else None
         self.reap(att)  # a lost job process (SIGKILL, a crash) leaves its Ray node behind
         return Ended(code, f"exit code {code}" if code is not None else "no result")
+
+    def folder_here(self, att: Any) -> str | None:
+        return att.run_dir if (getattr(att, "host", None) or self.host) == self.host else None
 
     def reap(self, att: Any) -> list[int]:
         """Kill what is left of the attempt's session (:func:`kill_session`); only on the host that started it."""

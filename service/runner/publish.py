@@ -3,12 +3,11 @@
 A cancel that landed between the job process's commit and the supervisor's state change left a job CANCELLED
 whose output was published (its retries then failed "already holds a shard set"). The contract now:
 
-1. The job process, its output staged and not cancelled, writes ``RUN_DIR/publish.request`` and waits for
-   ``RUN_DIR/publish.answer`` (:func:`ask`); it never touches the database.
-2. The supervisor, on its next tick, decides under the job's row lock (:func:`service.store.repo.claim_publish`):
-   *refused* if a cancel was accepted (``cancel_requested``), else the claim is recorded (a ``publishing`` event
-   of the attempt) and committed; then it writes the answer (:func:`answer`; again on a later tick if it died in
-   between: the decision is the database's, the file only carries it).
+1. The job process, its output staged and not cancelled, sets its attempt's ``publish_requested_at`` and waits
+   for ``publish_answer`` (:func:`ask`).
+2. The leading supervisor, on its next tick, decides under the job's row lock and writes the answer in the same
+   transaction (:func:`decide`, :func:`service.store.repo.claim_publish`): *refused* if a cancel was accepted
+   (``cancel_requested``), else *granted*, and the claim is recorded (a ``publishing`` event of the attempt).
 3. Once the claim is recorded, ``POST /v1/jobs/{id}/cancel`` is a 409 (:func:`service.store.repo.cancel_job`): the
    job ends SUCCEEDED (FAILED only if the commit itself fails), never CANCELLED with its output published. A
    refused job process publishes nothing and ends ``job_failed`` ``cancelled``: a CANCELLED job published nothing,
@@ -17,44 +16,45 @@ whose output was published (its retries then failed "already holds a shard set")
    the engine ignores a cancel (SIGTERM, SIGINT; a second signal still exits at once): see
    :mod:`pipeline.job.decision`.
 
-Files, not a connection: the job process may run on a Ray cluster's head (:mod:`service.runner.ray_jobs`), which
-shares the state folder but not the database. Checking for a pending request costs the supervisor two ``stat``
-calls per running job and tick.
+The request and the answer are columns of the attempt's row (:mod:`service.runner.report`), so the job process
+may run anywhere that reaches the database (a Ray cluster's head), and a new leader answers a request the last
+one did not.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
-REQUEST_FILE = "publish.request"
-ANSWER_FILE = "publish.answer"
+from sqlalchemy.orm import Session
+
+from service.runner.report import publish_answer, request_publish
+from service.store import repo
+from service.store.db import Database
+from service.store.models import Attempt, Job
+
 GRANTED, REFUSED = "granted", "refused"
 #: seconds between two looks at the answer: the supervisor's tick (0.5 s by default) dominates the wait
-POLL_S = 0.05
+POLL_S = 0.1
 
 
-def ask(run_dir: Path) -> bool:
+def ask(db: Database, job_id: str, attempt: int) -> bool:
     """From the job process: may it publish? Waits for the supervisor's answer (a signal interrupts the wait:
-    the caller's cancel)."""
-    answer_path = run_dir / ANSWER_FILE
-    if not answer_path.exists():
-        (run_dir / REQUEST_FILE).touch()
-    while not answer_path.exists():
+    the caller's cancel); a database that does not answer is waited for, as a leader that is away is."""
+    asked = False
+    while True:
+        try:
+            if not asked:
+                request_publish(db, job_id, attempt)
+                asked = True
+            answer = publish_answer(db, job_id, attempt)
+        except Exception:  # noqa: BLE001 - the database is away: the decision waits for it
+            answer = None
+        if answer is not None:
+            return answer == GRANTED
         time.sleep(POLL_S)
-    return answer_path.read_text(encoding="utf-8").strip() == GRANTED
 
 
-def pending(run_dir: str) -> bool:
-    """Whether the job process of ``run_dir`` waits for an answer."""
-    folder = Path(run_dir)
-    return (folder / REQUEST_FILE).exists() and not (folder / ANSWER_FILE).exists()
-
-
-def answer(run_dir: str, granted: bool) -> None:
-    """The supervisor's answer, written whole (a rename) once the decision is committed."""
-    tmp = os.path.join(run_dir, f".{ANSWER_FILE}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(GRANTED if granted else REFUSED)
-    os.replace(tmp, os.path.join(run_dir, ANSWER_FILE))
+def decide(s: Session, job: Job, att: Attempt) -> None:
+    """From the supervisor, under the job's row lock: answer the attempt's pending request, if any."""
+    if att.publish_requested_at is not None and att.publish_answer is None:
+        att.publish_answer = GRANTED if repo.claim_publish(s, job, att.number) else REFUSED

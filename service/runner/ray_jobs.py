@@ -1,18 +1,20 @@
 """Attempts as Ray Jobs API submissions: the driver runs on the cluster, the service submits, follows, stops.
 
-With ``ray_jobs_url`` set (``TOKENMILL_RAY_JOBS_URL``, ``tokenmill serve --ray-jobs-url http://head:8265``,
-the dashboard's REST API on the head) the supervisor submits each attempt with
-:class:`ray.job_submission.JobSubmissionClient` instead of starting a local process. The entrypoint is the
-local mode's own: ``python -m service.runner.job_process --run-dir DIR --log-output``, so the job behaves
-the same (admission, engine, events, exit codes, SIGTERM = cancel); Ray's ``RAY_ADDRESS`` in the driver's
-environment makes the engine join the cluster instead of starting a node.
+With ``ray_jobs_url`` set (``TOKENMILL_RAY_JOBS_URL``, ``tokenmill serve --ray-jobs-url http://head:8265``, the
+dashboard's REST API on the head) the supervisor submits each attempt with
+:class:`ray.job_submission.JobSubmissionClient` instead of starting a local process. The entrypoint is the local mode's
+own: ``python -m service.runner.job_process --job ID --attempt N --run-dir DIR --log-output``, so the job behaves the
+same (admission, engine, events, exit codes, SIGTERM = cancel); Ray's ``RAY_ADDRESS`` in the driver's environment makes
+the engine join the cluster instead of starting a node.
 
-How the driver reports back: **through the attempt's folder, as in the local mode** (``run.json`` in,
-``events.jsonl`` and ``job.log`` out). Requirement: the service's ``state_dir`` is shared storage mounted
-at the same path on the service and on the node that runs the drivers (the head, where the Jobs API puts
-an entrypoint that asks for no resources): on Kubernetes a ReadWriteMany volume mounted in the service's
-pod and the head pod (and the job's inputs and outputs reachable from every Ray node, as with any cluster).
-The cluster needs tokenmill installed (the same image) and ``python`` on its ``PATH``.
+
+How the driver reports back: **through the database, as in the local mode** (:mod:`service.runner.report`:
+its run in, its events, logs and publish request out), named by ``TOKENMILL_DATABASE_URL`` in the submission's
+environment, *without its password* (the Jobs API shows a submission's environment to whoever reaches the
+dashboard): the cluster supplies it (``PGPASSWORD``, a ``.pgpass`` file, a client certificate). The driver's
+own folder (``job.log``, ``ray.log``) is in the head's temporary folder; nothing is shared with the service's
+disk. Requirements: the head reaches the database; tokenmill is installed on the cluster (the same image) with
+``python`` on its ``PATH``; the job's inputs and outputs are reachable from every Ray node, as with any cluster.
 
 Identity: the submission id is ``tokenmill-<job id>-<attempt>``, derived rather than stored, so a
 restarted service re-attaches by it, and an attempt whose submission never reached the cluster (the
@@ -48,8 +50,9 @@ def submission_id(job_id: str, number: int) -> str:
     return f"tokenmill-{job_id}-{number}"
 
 
-def entrypoint(run_dir: Path, python: str = "python") -> str:
-    return shlex.join([python, "-m", ENTRYPOINT_MODULE, "--run-dir", str(run_dir), "--log-output"])
+def entrypoint(job_id: str, number: int, run_dir: Path, python: str = "python") -> str:
+    return shlex.join([python, "-m", ENTRYPOINT_MODULE, "--job", job_id, "--attempt", str(number),
+                       "--run-dir", str(run_dir), "--log-output"])
 
 
 def auth_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -99,7 +102,7 @@ class RayJobs:
     def launch(self, job_id: str, number: int, run_dir: Path) -> ProcessRef | None:
         sid = submission_id(job_id, number)
         try:
-            self.client.submit_job(entrypoint=entrypoint(run_dir, self.python), submission_id=sid,
+            self.client.submit_job(entrypoint=entrypoint(job_id, number, run_dir, self.python), submission_id=sid,
                                    runtime_env={"env_vars": self.env},
                                    metadata={"tokenmill_job": job_id, "tokenmill_attempt": str(number)})
         except Exception as exc:  # noqa: BLE001 - refused, unreachable, auth: the attempt did not start
@@ -147,6 +150,9 @@ class RayJobs:
         except Exception as exc:  # noqa: BLE001 - asked again once the grace is over; say why
             self._client = None
             log.warning("stop_job %s failed: %s", sid, exc)
+
+    def folder_here(self, att: Any) -> str | None:
+        return None  # the driver's folder is on the head: what it shipped is what there is
 
     def ended(self, att: Any) -> Ended:
         sid = submission_id(att.job_id, att.number)

@@ -8,16 +8,16 @@ publish request) checks the lease in its transaction (:meth:`LeaderLoop.fence`).
 when the API wakes it) a tick does:
 
 1. **reconcile** each RUNNING / CANCELLING job: find its process (pid + start time + command line; see
-   :mod:`service.runner.process`), store the new lines of its ``events.jsonl`` as job events and fold
-   them into the job's summary, deliver a cancel (SIGTERM once, SIGKILL to its session after
-   ``cancel_grace_s``), and when the process is gone kill what is left of its session (its local Ray
-   node: :func:`process.kill_session`) and decide the outcome from its terminal event:
-   ``job_finished`` -> SUCCEEDED, ``job_failed`` -> FAILED(category) or CANCELLED; and answer a job process
-   that asks to publish its output, under the job's row lock: refused once a cancel was accepted, else granted,
-   after which a cancel is a 409 (:mod:`service.runner.publish`, the contract). A process that died
-   without one (SIGKILL, a crash, the machine) is *lost*: the job goes back to the front of the queue and
-   its next attempt resumes the output's work (finished phases and shards kept), up to ``max_lost``
-   times in a row; a job being cancelled becomes CANCELLED.
+   :mod:`service.runner.process`; or its Ray Jobs submission), store the events it reported
+   (:mod:`service.runner.report`) as job events and fold them into the job's summary, deliver a cancel (SIGTERM once,
+   SIGKILL to its session after ``cancel_grace_s``), and when the process is gone kill what is left of its session
+   (its local Ray node: :func:`process.kill_session`) and decide the outcome from its terminal event:
+   ``job_finished`` -> SUCCEEDED, ``job_failed`` -> FAILED(category) or CANCELLED; and answer a job process that asks
+   to publish its output, under the job's row lock and in one transaction: refused once a cancel was accepted, else
+   granted, after which a cancel is a 409 (:mod:`service.runner.publish`, the contract). A process that died without
+   one (SIGKILL, a crash, the machine) is *lost*: the job goes back to the front of the queue and its next attempt
+   resumes the output's work (finished phases and shards kept), up to ``max_lost`` times in a row; a job being
+   cancelled becomes CANCELLED.
 2. **schedule**: start the oldest QUEUED jobs while fewer than ``max_running`` run, skipping (for now)
    a job whose output folder a running job holds.
 
@@ -33,6 +33,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,24 +41,24 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from pipeline.job.events import RAY_START_TIMEOUT_S
 from service.confine import Roots
-from service.runner import process, publish
-from service.runner.job_process import EVENTS_FILE, LOG_FILE, write_run
+from service.runner import process, publish, report
 from service.runner.leader import LeaderLoop
 from service.runner.lease import LEASE_S, Leadership, leadership_for
 from service.runner.ray_jobs import RayJobs
 from service.runner.summary import fold_all, with_stats
 from service.store import repo
 from service.store.db import Database
-from service.store.models import ABLATION, ACTIVE, PIPELINE, Attempt, Job, JobState, utcnow
+from service.store.models import ABLATION, ACTIVE, PIPELINE, Attempt, AttemptEvent, Job, JobState, utcnow
 
 log = logging.getLogger("tokenmill.supervisor")
 
-#: bytes of one events file read per transaction (a tick catches up over several)
-INGEST_CHUNK = 1 << 20
+#: reported events stored per transaction (a tick catches up over several)
+INGEST_CHUNK = 2000
 
 
 @dataclass
@@ -93,12 +94,19 @@ class RunnerConfig:
         return self.state_dir / "jobs"
 
     def run_dir(self, job_id: str, attempt: int) -> str:
-        return str(self.jobs_dir() / job_id / f"attempt-{attempt}")
+        """The attempt's own folder where its process runs (its logs, shipped to the database): in the state
+        folder here, in the temporary folder of the Ray head through the Jobs API (nothing is shared)."""
+        base = Path(tempfile.gettempdir()) / "tokenmill-jobs" if self.ray_jobs_url else self.jobs_dir()
+        return str(base / job_id / f"attempt-{attempt}")
 
-    def executor(self) -> process.Executor:
+    def executor(self, db: Database) -> process.Executor:
+        """Where attempts run, told which database to report to (:func:`report.database_env`)."""
+        url = db.url.render_as_string(hide_password=False)
         if self.ray_jobs_url:
-            return RayJobs(self.ray_jobs_url, env=self.env, stop_wait_s=self.cancel_grace_s)
-        return process.LocalProcesses(self.job_command, self.env, LOG_FILE)
+            env = {**self.env, **report.database_env(url, db.schema, keep_password=False)}
+            return RayJobs(self.ray_jobs_url, env=env, stop_wait_s=self.cancel_grace_s)
+        env = {**self.env, **report.database_env(url, db.schema, keep_password=True)}
+        return process.LocalProcesses(self.job_command, env, report.LOG_FILE)
 
 
 class Supervisor(LeaderLoop):
@@ -109,9 +117,8 @@ class Supervisor(LeaderLoop):
                                                       config.lease_s), config.poll_s)
         self.db = db
         self.config = config
-        self.executor = config.executor()
+        self.executor = config.executor(db)
         self._known: set[tuple[str, int]] = set()  # attempts this supervisor has seen (to note a re-attach once)
-        self._answers: dict[str, bool] = {}  # run folder -> may it publish, decided in the transaction being made
         self.host = socket.gethostname()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -132,9 +139,6 @@ class Supervisor(LeaderLoop):
         for job_id in ids:
             while self._reconcile_job(job_id):
                 pass
-            for run_dir, granted in self._answers.items():  # once the decisions are committed
-                publish.answer(run_dir, granted)
-            self._answers.clear()
 
     def _reconcile_job(self, job_id: str) -> bool:
         """One step for one active job; True when there is more to do at once (a long events file)."""
@@ -153,11 +157,10 @@ class Supervisor(LeaderLoop):
             if alive:
                 if job.state == JobState.CANCELLING:
                     self._deliver_cancel(att)
-                if publish.pending(att.run_dir):  # cancel or publish: decided here, under the row lock
-                    self._answers[att.run_dir] = repo.claim_publish(s, job, att.number)
+                publish.decide(s, job, att)  # cancel or publish: decided here, under the row lock
                 return more
             if more:
-                return True  # the whole file first: the outcome is its last line
+                return True  # every reported event first: the outcome is the last one
             self._finish(s, job, att, self.executor.ended(att))
             return False
 
@@ -178,35 +181,27 @@ class Supervisor(LeaderLoop):
             self.executor.cancel(att, force=True)
 
     def _ingest(self, s: Session, job: Job, att: Attempt) -> bool:
-        """Store the complete new lines of the attempt's events file; True when more remain."""
-        path = Path(att.run_dir) / EVENTS_FILE
-        try:
-            with open(path, "rb") as f:
-                f.seek(att.events_offset)
-                chunk = f.read(INGEST_CHUNK)
-        except FileNotFoundError:
+        """Store the events the attempt reported since the last look, in their order; True when more remain."""
+        rows = s.scalars(select(AttemptEvent).where(AttemptEvent.job_id == job.id, AttemptEvent.attempt == att.number,
+                                                    AttemptEvent.seq > att.events_offset)
+                         .order_by(AttemptEvent.seq).limit(INGEST_CHUNK)).all()
+        if not rows:
             return False
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return False
-        records = []
-        for line in chunk[: end + 1].splitlines():
-            try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                rec = {"type": "log", "level": "warning", "message": "an unreadable event line was skipped"}
-            records.append(rec)
+        records = [dict(r.data) for r in rows]
         repo.append_events(s, job, att.number, records)
         job.summary = fold_all(job.summary or {}, records)
         job.updated_at = utcnow()
-        att.events_offset += end + 1
-        return len(chunk) == INGEST_CHUNK
+        att.events_offset = rows[-1].seq
+        s.execute(delete(AttemptEvent).where(AttemptEvent.job_id == job.id, AttemptEvent.attempt == att.number,
+                                             AttemptEvent.seq <= att.events_offset))
+        return len(rows) == INGEST_CHUNK
 
     def _finish(self, s: Session, job: Job, att: Attempt, ended: process.Ended) -> None:
         att.ended_at = utcnow()
         att.exit_code = ended.exit_code
+        folder = self.executor.folder_here(att)
+        if folder is not None:  # what the process could not ship itself (it was killed, it crashed)
+            report.ship_rest(s, job.id, att.number, folder)
         final = repo.last_event(s, job.id, att.number, ("job_finished", "job_failed"))
         if final is not None and final.type == "job_finished":
             att.outcome = "succeeded"
@@ -270,15 +265,14 @@ class Supervisor(LeaderLoop):
                 job, att = repo.start_attempt(s, job_id, run_dir=self.config.run_dir, host=self.host)
             except repo.Conflict:  # cancelled in the meantime
                 return
-            run = {"job_id": job.id, "attempt": att.number, "team": job.team, "kind": job.kind,
-                   "spec": self._spec_for_run(job.spec, job.kind),
-                   "roots": self.config.roots.to_json() if self.config.roots else None,
-                   "ray_start_timeout_s": self.config.ray_start_timeout_s}
+            # what the job process reads (service.runner.report): the database already holds the spec's secrets
+            att.run = {"job_id": job.id, "attempt": att.number, "team": job.team, "kind": job.kind,
+                       "spec": self._spec_for_run(job.spec, job.kind),
+                       "roots": self.config.roots.to_json() if self.config.roots else None,
+                       "ray_start_timeout_s": self.config.ray_start_timeout_s}
             run_dir, number = Path(att.run_dir), att.number
         self.check_leading()  # the lease ran out since: the next leader finds the attempt lost and resumes it
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_run(run_dir, run)  # the spec's secrets in a file of their own, 0600
             ref = self.executor.launch(job_id, number, run_dir)
         except OSError as exc:
             with self.db.session() as s:

@@ -19,7 +19,19 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -153,9 +165,15 @@ class Attempt(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     #: succeeded | failed | cancelled | lost (died without a result)
     outcome: Mapped[str | None] = mapped_column(String(16))
-    #: bytes of the attempt's ``events.jsonl`` already stored as JobEvent rows
+    #: the last of the attempt's reported events (:class:`AttemptEvent` ``seq``) already stored as JobEvent rows
     events_offset: Mapped[int] = mapped_column(BigInteger, default=0)
     cancel_sent_at: Mapped[datetime | None]
+    #: what the job process is to run (``service.runner.report``): the spec with the service's settings
+    run: Mapped[dict[str, Any] | None]
+    #: the job process asked to publish its output (``service.runner.publish``) ...
+    publish_requested_at: Mapped[datetime | None]
+    #: ... and the supervisor's answer, ``granted`` or ``refused``, decided under the job's row lock
+    publish_answer: Mapped[str | None] = mapped_column(String(8))
 
     __table_args__ = (UniqueConstraint("job_id", "number", name="uq_job_attempts_job_number"),)
 
@@ -173,6 +191,39 @@ class JobEvent(Base):
     data: Mapped[dict[str, Any]]
 
     __table_args__ = (UniqueConstraint("job_id", "seq", name="uq_job_events_job_seq"),)
+
+
+class AttemptEvent(Base):
+    """An event a job process reported, waiting for the supervisor to store it as a :class:`JobEvent` (in
+    ``seq`` order: one writer per attempt) and fold it into the job's summary; deleted once stored."""
+
+    __tablename__ = "attempt_events"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    #: 1, 2, ... per attempt, given by the job process
+    seq: Mapped[int] = mapped_column(Integer)
+    data: Mapped[dict[str, Any]]
+
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "seq", name="uq_attempt_events_job_attempt_seq"),)
+
+
+class AttemptLog(Base):
+    """A piece of a job process's log (``source`` ``job``: its own lines, ``ray``: Ray's output), bytes
+    ``offset`` to ``offset + len(data)`` of the file it writes where it runs."""
+
+    __tablename__ = "attempt_logs"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(8))
+    offset: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "source", "offset",
+                                       name="uq_attempt_logs_job_attempt_source_offset"),)
 
 
 class ApiKey(Base):

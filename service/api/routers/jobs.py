@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
@@ -19,7 +18,7 @@ from service.api import access, event_stream, schemas
 from service.api.deps import DbDep, KeyDep, SettingsDep, SupervisorDep
 from service.api.openapi import links
 from service.api.schemas import INT32_MAX, JobId
-from service.runner.job_process import LOG_FILE, RAY_LOG_FILE
+from service.runner.report import log_tail
 from service.store import repo
 from service.store.db import Database
 from service.store.models import PIPELINE, TERMINAL, ApiKey, JobState
@@ -169,9 +168,9 @@ def get_logs(job_id: JobId, key: KeyDep, db: DbDep,
         number = attempt or job.attempt
         if number == 0:
             return PlainTextResponse("", headers={"X-Attempt": "0"})
-        run_dir = repo.get_attempt(s, job_id, number).run_dir
-    text = _tail(Path(run_dir) / (RAY_LOG_FILE if source == "ray" else LOG_FILE), tail_bytes)
-    return PlainTextResponse(text, headers={"X-Attempt": str(number)})
+        repo.get_attempt(s, job_id, number)
+        data = log_tail(s, job_id, number, source, tail_bytes)  # shipped by the job process: service.runner.report
+    return PlainTextResponse(data.decode("utf-8", errors="replace"), headers={"X-Attempt": str(number)})
 
 
 def _event_cursor(last_event_id: Annotated[int | None, Header(ge=0, le=INT32_MAX, description=(
@@ -232,15 +231,3 @@ def _encode_cursor(seq: int) -> str:
     """The last job's sequence number as :data:`~service.api.schemas.CURSOR_PATTERN` says: every string of
     that form is a cursor (it reads as "jobs before this one"), so the schema is the whole rule."""
     return f"{seq:016x}"
-
-
-def _tail(path: Path, n: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - n))
-            data = f.read(n)
-    except FileNotFoundError:
-        return ""
-    return data.decode("utf-8", errors="replace")
