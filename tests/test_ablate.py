@@ -1,7 +1,7 @@
 """``tokenmill ablate`` (issue 40): the ablation file's checks, the plan, the common validation split, and one tiny
 ablation interrupted after its first variant and resumed without repeating a finished step.
 
-Only the last test starts Ray (the shared ``ray_local``) and the trainer and ``tokenmill eval`` (subprocesses, a
+One test uses Ray (``ray_shared``) and the trainer and ``tokenmill eval`` (subprocesses, a
 model of a few thousand parameters for a few steps); the rest are pure functions, well under a second each.
 """
 
@@ -110,7 +110,7 @@ def test_the_common_split_is_deterministic_and_disjoint_from_what_variants_read(
     assert len(_ids(layout.common)) == 7
 
 
-def test_an_interrupted_ablation_resumes_without_repeating_finished_steps(tmp_path, ray_local):
+def test_an_interrupted_ablation_resumes_without_repeating_finished_steps(tmp_path, ray_shared):
     _raw(tmp_path / "raw.jsonl")
     plan = make_plan(parse_ablation(_ablation(tmp_path)))
     with pytest.raises(Interrupted):  # split, tokenizer, then all of the first variant: job, train, eval

@@ -34,7 +34,7 @@ def _rejected(out: Path, key: str) -> dict[str, dict]:
             for r in map(json.loads, f.read_text().splitlines())}
 
 
-def test_dedup_stages_in_a_job_and_a_refresh(ray_local, tmp_path: Path) -> None:
+def test_dedup_stages_in_a_job_and_a_refresh(ray_shared, tmp_path: Path) -> None:
     rng = random.Random(5)
     texts = [random_text(rng, 120) for _ in range(40)]
     a = [{"id": f"a{i}", "text": t} for i, t in enumerate(texts)]

@@ -71,7 +71,7 @@ def _job(tmp: Path, name: str, fmt: str, parallelism: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def outputs(ray_local, tmp_path_factory):
+def outputs(ray_shared, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("docs")
     write_jsonl(tmp / "in.jsonl", _records())
     jsonl = _job(tmp, "jsonl", "jsonl", 2)

@@ -80,7 +80,7 @@ def _kept_ids(out: Path) -> list[str]:
     return [i for f in sorted((out / "documents").glob("part-*.parquet")) for i in pq.read_table(f)["id"].to_pylist()]
 
 
-def test_annotate_report_then_filter_drop_what_was_predicted(ray_local, tmp_path, capsys):
+def test_annotate_report_then_filter_drop_what_was_predicted(ray_shared, tmp_path, capsys):
     _corpus(tmp_path / "in.jsonl")
     inputs = [{"path": str(tmp_path / "in.jsonl")}]
     annotated = _job(tmp_path, "annotate", "annotate", inputs)

@@ -113,7 +113,7 @@ def test_a_schedule_on_a_folder_does_not_fingerprint_a_staging_file(tmp_path: Pa
     assert [Path(p).name for _, p in fingerprints.scan([InputSpec(path=str(root))], first.snapshot).new] == ["x.jsonl"]
 
 
-def test_a_job_counts_unknown_files_in_stats_and_rejected(ray_local, tmp_path: Path) -> None:
+def test_a_job_counts_unknown_files_in_stats_and_rejected(ray_shared, tmp_path: Path) -> None:
     from pipeline.job.engine import run_job
     from pipeline.spec import parse_spec
 

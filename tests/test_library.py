@@ -54,7 +54,7 @@ def _applied(docs: list[dict]) -> list[dict]:
     return docs
 
 
-def test_run_and_apply_keep_the_same_documents(ray_local, tmp_path: Path) -> None:
+def test_run_and_apply_keep_the_same_documents(ray_shared, tmp_path: Path) -> None:
     docs = _docs()
     write_jsonl(tmp_path / "in.jsonl", _records(docs))
     result = tokenmill.run({

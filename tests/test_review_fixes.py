@@ -102,7 +102,7 @@ def test_malformed_manifest_is_a_clear_error(tmp_path):
     assert proc.returncode == 2 and "malformed manifest" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_ray_started_elsewhere_still_gets_ordered_output(ray_local):
+def test_ray_started_elsewhere_still_gets_ordered_output(ray_shared):
     from ray.data import DataContext
 
     from pipeline.job.ray_env import init_ray

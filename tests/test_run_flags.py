@@ -112,7 +112,7 @@ def test_submit_sends_the_spec_with_its_sets(tmp_path, monkeypatch, capsys):
 # ---- --dry-run -----------------------------------------------------------------------------------------------
 
 
-def test_dry_run_lists_files_stages_and_workers_and_writes_nothing(tmp_path, capsys):
+def test_dry_run_lists_files_stages_and_workers_and_writes_nothing(tmp_path, capsys, no_ray):
     import ray
 
     path = _spec(tmp_path, execution={"parallelism": 2})
@@ -166,7 +166,7 @@ def test_reading_stops_at_the_limit_and_files_after_it_are_not_opened(tmp_path):
 # ---- --limit and --set in one small job ----------------------------------------------------------------------
 
 
-def test_limit_runs_the_first_documents_into_a_scratch_output(tmp_path, capsys, ray_local):
+def test_limit_runs_the_first_documents_into_a_scratch_output(tmp_path, capsys, ray_shared):
     _corpus(tmp_path / "in", files=3, docs=4)
     path = _spec(tmp_path)
     assert run_main([str(path), "--limit", "5", "--set", "stages.1.params.min_chars=12"]) == 0

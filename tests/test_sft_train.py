@@ -43,7 +43,7 @@ def _records(n: int, seed: int = 0) -> tuple[list[dict], list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def sft(ray_local, tmp_path_factory):
+def sft(ray_shared, tmp_path_factory):
     folder = tmp_path_factory.mktemp("sft")
     instr, chat = _records(160)
     write_jsonl(folder / "instr" / "a.jsonl", instr)

@@ -31,7 +31,7 @@ def _spec(inputs: list[str], out: str, **over) -> object:
     return parse_spec(spec)
 
 
-def test_a_job_on_s3_matches_the_local_run_and_feeds_dedup_and_the_loader(s3_endpoint, bucket, ray_local, tmp_path):
+def test_a_job_on_s3_matches_the_local_run_and_feeds_dedup_and_the_loader(s3_endpoint, bucket, ray_shared, tmp_path):
     clean_corpus(tmp_path / "corpus", 200)
     for f in sorted((tmp_path / "corpus").iterdir()):
         storage.write_bytes(f"{bucket}/corpus/{f.name}", f.read_bytes())

@@ -26,7 +26,7 @@ STEPS, STOP = 12, 6
 
 
 @pytest.fixture(scope="module")
-def shards(ray_local, tmp_path_factory) -> Path:
+def shards(ray_shared, tmp_path_factory) -> Path:
     """A few hundred short documents through the real pipeline: BPE 400, seq_len 128."""
     corpus = tmp_path_factory.mktemp("corpus")
     clean_corpus(corpus, 300)

@@ -202,7 +202,7 @@ def _job_corpus(folder: Path) -> tuple[list[str], list[str], tuple[str, str]]:
     return ids, texts, (ids[60], ids[61])
 
 
-def test_a_job_holds_out_its_split_as_a_shard_set(tmp_path, ray_local):
+def test_a_job_holds_out_its_split_as_a_shard_set(tmp_path, ray_shared):
     from pipeline.job.engine import run_job
     from training.data import ShardLoader
 
