@@ -63,7 +63,7 @@ def _valid_items(model: type[BaseModel], values: Any) -> list[tuple[int, Any]]:
 
 def _file_problems(name: str, output_path: str, inputs: Iterable[tuple[int, InputSpec]],
                    stages: Iterable[tuple[int, StageSpec]], tokenizer: TokenizerSpec | None) -> list[Problem]:
-    found = [p for i, inp in inputs for p in _input_problems(i, inp)]
+    found = [p for i, inp in inputs for p in input_problems(inp, ("inputs", i, "path"))]
     for i, stage in stages:
         cls = stage_class(stage.type)
         try:
@@ -77,14 +77,14 @@ def _file_problems(name: str, output_path: str, inputs: Iterable[tuple[int, Inpu
     return found
 
 
-def _input_problems(index: int, inp: InputSpec) -> list[Problem]:
-    """The input's problem: it matches no file, or its store cannot be asked (a remote input: one line with the
-    store's reason, not the client's traceback); none when it names files."""
+def input_problems(inp: InputSpec, loc: tuple[str | int, ...]) -> list[Problem]:
+    """The input's problem, at ``loc``: it matches no file, or its store cannot be asked (a remote input: one line
+    with the store's reason, not the client's traceback); none when it names files."""
     try:
         matched = expand_inputs([inp])
     except storage.StorageError as exc:
-        return [Problem(("inputs", index, "path"), str(exc), PREFLIGHT)]
-    return [] if matched else [Problem(("inputs", index, "path"), f"no file matches {inp.path!r}", NO_MATCH)]
+        return [Problem(loc, str(exc), PREFLIGHT)]
+    return [] if matched else [Problem(loc, f"no file matches {inp.path!r}", NO_MATCH)]
 
 
 def check_spec(spec: JobSpec) -> JobSpec:

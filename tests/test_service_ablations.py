@@ -72,6 +72,24 @@ def test_roles_teams_cancel_and_the_jobs_list(teams):  # noqa: F811
     assert cancelled.status_code == 202 and cancelled.json()["state"] == "CANCELLED", cancelled.text
 
 
+def test_a_raw_input_that_matches_nothing_is_refused_and_a_repeat_gets_its_ablation(teams):  # noqa: F811
+    client, keys, root = teams
+    spec = _spec(root)
+    nothing = {**spec["raw"], "path": str(root / "ab" / "no-*.jsonl")}
+    missing = client.post("/v1/ablations", json={**spec, "raw": nothing}, headers=keys["a"])
+    assert missing.status_code == 422, missing.text
+    assert [(d["loc"], d["type"]) for d in missing.json()["detail"]] == [(["body", "raw", "path"], "no_match")]
+    once = {**keys["a"], "Idempotency-Key": "ablation-1"}
+    first = client.post("/v1/ablations", json=spec, headers=once)
+    again = client.post("/v1/ablations", json=spec, headers=once)
+    assert (first.status_code, again.status_code) == (201, 200), again.text
+    assert again.json()["id"] == first.json()["id"] and again.headers["Location"] == first.headers["Location"]
+    other = client.post("/v1/ablations", json={**spec, "seeds": [7]}, headers=once)
+    assert other.status_code == 409 and "Idempotency-Key" in other.text
+    assert len(client.get("/v1/ablations", headers=keys["a"]).json()["items"]) == 1
+    client.post(f"/v1/ablations/{first.json()['id']}/cancel", headers=keys["a"])
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_an_ablation_submitted_over_http_runs_to_its_result(tmp_path):

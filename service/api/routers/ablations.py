@@ -16,9 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Header, Response, status
 from pydantic import BaseModel, Field
 
+from pipeline.preflight import input_problems
 from pipeline.problems import Problem, SpecError
 from service import ownership
 from service.ablation.confine import plan_problems, problems
@@ -104,8 +105,8 @@ def _steps_done(path: Path) -> list[str]:
 
 
 def _admit(spec: AblationSpec, key: ApiKey, settings: SettingsDep) -> None:
-    """As a job spec is admitted: U+0000 (422), paths outside the roots or in another team's folder (403), then
-    the plan (each variant's job spec, 422 at ``variants.NAME...``)."""
+    """As a job spec is admitted: U+0000 (422), paths outside the roots or in another team's folder (403), a raw
+    input that matches no file (422), then the plan (each variant's job spec, 422 at ``variants.NAME...``)."""
     nul = nul_problems(spec.model_dump(mode="json"))
     if nul:
         raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, nul)
@@ -113,6 +114,9 @@ def _admit(spec: AblationSpec, key: ApiKey, settings: SettingsDep) -> None:
     refused = problems(spec, roots)
     if refused:
         raise Refused(status.HTTP_403_FORBIDDEN, [Problem(p.loc, p.msg, "path_not_allowed") for p in refused])
+    missing = input_problems(spec.raw, ("raw", "path"))
+    if missing:
+        raise Refused(status.HTTP_422_UNPROCESSABLE_CONTENT, missing)
     try:
         plan = make_plan(spec)
     except SpecError as exc:
@@ -127,23 +131,37 @@ def _admit(spec: AblationSpec, key: ApiKey, settings: SettingsDep) -> None:
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=AblationOut, responses={
     201: {"links": _LINKS},
+    200: {"model": AblationOut, "description": "the ablation this Idempotency-Key created earlier", "links": _LINKS},
     **access.forbidden("a path outside the roots or in another team's folder"),
+    409: {"model": schemas.Message, "description": "the Idempotency-Key was used for another request"},
     422: {"model": schemas.ProblemList, "description": "an invalid ablation file: one problem per field path"},
 })
 def submit_ablation(spec: AblationSpec, response: Response, key: SubmitKey, db: DbDep, settings: SettingsDep,
-                    supervisor: SupervisorDep) -> AblationOut:
+                    supervisor: SupervisorDep,
+                    idempotency_key: Annotated[str | None, Header(max_length=255, min_length=1)] = None,
+                    ) -> AblationOut:
     """Queue an ablation: the ablation file of `tokenmill ablate`, as JSON, with absolute paths inside the
     service's roots. It runs as a job (its log: `/v1/jobs/{id}/logs`); a rerun of the same file into the same
-    `out` skips the steps an earlier run finished."""
-    _admit(spec, key, settings)
+    `out` skips the steps an earlier run finished. With an `Idempotency-Key` header, repeating the request
+    returns the ablation the first one created (200), as `POST /v1/jobs` does."""
     data = spec.model_dump(mode="json", exclude_none=True)
-    with db.session() as s:
-        job, _ = repo.create_job(s, data, name=spec.name, spec_hash=repo.request_hash(data),
-                                 output_path=os.path.realpath(spec.out), api_key_id=key.id, team=key.team,
-                                 kind=ABLATION)
-        out = AblationOut.of(job)
-    if supervisor is not None:
-        supervisor.wake()
+    with db.read() as s:  # a repeat gets its ablation whatever its run has written since
+        earlier = repo.repeated_job(s, data, idempotency_key=idempotency_key, api_key_id=key.id)
+        repeat = AblationOut.of(earlier) if earlier is not None else None
+    if repeat is None:
+        _admit(spec, key, settings)
+        with db.session() as s:
+            job, created = repo.create_job(s, data, name=spec.name, spec_hash=repo.request_hash(data),
+                                           output_path=os.path.realpath(spec.out), idempotency_key=idempotency_key,
+                                           api_key_id=key.id, team=key.team, kind=ABLATION)
+            out = AblationOut.of(job)
+        if created and supervisor is not None:
+            supervisor.wake()
+        repeat = None if created else out
+    else:
+        out = repeat
+    if repeat is not None:
+        response.status_code = status.HTTP_200_OK
     response.headers["Location"] = f"/v1/ablations/{out.id}"
     return out
 
