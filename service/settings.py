@@ -22,7 +22,7 @@ head_timeout_s            TOKENMILL_HEAD_TIMEOUT_S       10 (seconds for a reque
 body_timeout_s            TOKENMILL_BODY_TIMEOUT_S       10 (seconds for its body, after the headers)
 keepalive_s               TOKENMILL_KEEPALIVE_S          5 (seconds an idle connection stays open)
 max_connections           TOKENMILL_MAX_CONNECTIONS      1000 per process (beyond: 503)
-lease_s                   TOKENMILL_LEASE_S              15 (PostgreSQL: seconds before another replica takes over
+lease_s                   TOKENMILL_LEASE_S              10 (PostgreSQL: seconds before another replica takes over
                                                          the jobs and schedules of one that died)
 ========================  =============================  ====================================================
 """
@@ -51,6 +51,11 @@ AUTH_CACHE_S = 10.0
 #: seconds for a request's head, then for its body: a client on a slow link sends a spec's few kilobytes in well
 #: under a second, and a stranger who stalls holds a connection (and the memory of what it sent) this long at most
 HEAD_TIMEOUT_S = BODY_TIMEOUT_S = 10.0
+
+#: seconds a replica's lease on the supervisor and the scheduler outlasts its last renewal (PostgreSQL:
+#: :mod:`service.runner.lease`). 10 s keeps a takeover (the lease, then the next poll) within 15 s; renewals come
+#: every poll, so a leader loses its lease only when its database is out of reach for that long
+LEASE_S = 10.0
 
 
 def team_root(entry: str) -> tuple[str, str] | None:
@@ -120,7 +125,7 @@ class Settings(BaseModel):
     poll_s: float = Field(0.5, gt=0)
     #: seconds a replica's lease on the supervisor and the scheduler outlasts its last renewal on PostgreSQL
     #: (:mod:`service.runner.lease`): how long the others wait to take over from one that died
-    lease_s: float = Field(15.0, gt=0)
+    lease_s: float = Field(LEASE_S, gt=0)
     #: seconds an API key read from the database is trusted (service.api.keycache): a key revoked by another
     #: process stops working here within this long; 0 reads the key on every request
     auth_cache_s: float = Field(AUTH_CACHE_S, ge=0)

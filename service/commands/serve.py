@@ -28,7 +28,7 @@ _RUNNER_OPTIONS: tuple[tuple[str, type, str | None], ...] = (
                             "no limit ($TOKENMILL_MAX_JOB_CPUS)"),
     ("--max-body-bytes", int, None),
     ("--lease-s", float, "PostgreSQL: seconds before another replica takes over the jobs and schedules of one "
-                         "that died (default 15; $TOKENMILL_LEASE_S)"),
+                         "that died (default 10; $TOKENMILL_LEASE_S)"),
 )
 _EDGE_OPTIONS: tuple[tuple[str, type, str | None], ...] = (
     ("--head-timeout-s", float, "seconds a connection has for a request's line and headers, else 408 and closed "

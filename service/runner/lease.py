@@ -28,12 +28,11 @@ from typing import Protocol
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from service.settings import LEASE_S
 from service.store.db import Database
 
 log = logging.getLogger("tokenmill.lease")
 
-#: seconds a lease lasts past its last renewal: how long a killed leader's loops wait for a successor
-LEASE_S = 15.0
 #: this process among replicas: the random part tells a restarted container (same host name, pid 1) apart
 PROCESS_HOLDER = f"{socket.gethostname()[:160]}:{os.getpid()}:{secrets.token_hex(4)}"
 
