@@ -65,9 +65,10 @@ CURATED = [{"type": "normalize"},
            {"type": "exact_dedup"},
            {"type": "near_dedup", "params": {"threshold": 0.7}}]
 #: size of a full and a --quick run: megabytes of clean text in the raw corpus (the junk comes on top, so every
-#: junk share has the same clean text), tokens per proxy run, benchmark items per task
+#: junk share has the same clean text), tokens per proxy run, benchmark items per task; a quick run's 20 steps
+#: warm up over 4 (the proxy's 20 would end every run, and its evaluation, at the peak learning rate)
 SIZES = {"full": {"clean_mb": 1.4, "tokens": 400_000, "limit": 100},
-         "quick": {"clean_mb": 0.42, "tokens": 40_000, "limit": 40}}
+         "quick": {"clean_mb": 0.42, "tokens": 40_000, "limit": 40, "warmup": 4}}
 #: junk's share of the raw corpus's bytes. Half: less than a raw web crawl loses to quality filters and dedup
 #: (FineWeb keeps a small part of CommonCrawl's text), since the clean text here is mostly books, documentation
 #: and code; 0.3, the earlier default, gives the earlier corpus (the same clean text, less junk)
@@ -176,7 +177,8 @@ def ablation_file(work: Path, size: dict[str, Any], seeds: list[int]) -> Path:
             "variants": {"raw": {"stages": [{"type": "normalize"}]}, "curated": {"stages": CURATED}},
             "tokenizer": {"vocab_size": 4096, "sample_docs": 5000},
             "budget": {"tokens": size["tokens"]},
-            "proxy": {"config": str(REPO / "training" / "configs" / "proxy-cpu.yaml")},
+            "proxy": {"config": str(REPO / "training" / "configs" / "proxy-cpu.yaml"),
+                      "set": {"optim.warmup_steps": size["warmup"]} if "warmup" in size else {}},
             "seeds": seeds, "validation": {"share": 0.1, "by": "quality"}, "tasks": tasks,
             "eval": {"limit": size["limit"]}, "out": "out"}
     path = work / "ablation.yaml"
