@@ -2,7 +2,7 @@
 
 **The setup** (real processes, tests/ha_cluster.py): a local Ray head with its Jobs API (every job's driver
 runs on the cluster, so a replica's death does not stop a job); two ``tokenmill serve`` replicas on one fresh
-PostgreSQL schema, each with its own state folder, with the default lease (15 s, ``TOKENMILL_LEASE_S``) unless
+PostgreSQL schema, each with its own state folder, with the default lease (``TOKENMILL_LEASE_S``) unless
 ``--lease-s``; a schedule firing every minute (``* * * * *``) whose input folder gets a new file each minute
 (so its runs make jobs); ``--jobs`` jobs submitted at the start and one more just before each kill (so a job
 is in flight at each kill).
@@ -51,7 +51,7 @@ from typing import Any
 import httpx
 
 from bench.common import emit_json
-from service.runner.lease import LEASE_S
+from service.settings import LEASE_S
 from service.store import repo
 from service.store.db import Database
 from tests.corpus_fixtures import make_text, write_jsonl
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=3, help="jobs submitted at the start")
     p.add_argument("--kill-at", type=float, nargs="+", default=[45, 120, 195],
                    help="seconds into the run at which the leader is killed (and then restarted)")
-    p.add_argument("--lease-s", type=float, default=None, help="the replicas' lease (default: theirs, 15 s)")
+    p.add_argument("--lease-s", type=float, default=None, help="the replicas' lease (default: theirs)")
     p.add_argument("--drain-s", type=float, default=150, help="at most this long for the jobs to end afterwards")
     p.add_argument("--out", type=Path, default=None, help="a trial run's result file (default: bench/results)")
     p.add_argument("--variant", help="record the run as this named variant beside the headline run (a lease)")

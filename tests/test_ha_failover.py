@@ -1,13 +1,14 @@
 """Issue 41's must-show: two ``tokenmill serve`` replicas on one PostgreSQL database and a local Ray head with its
 Jobs API (real processes, tests/ha_cluster.py), each replica with its own state folder (no shared volume).
 
-A job is submitted through replica A and followed there with server-sent events; while it runs, the leading
-replica is SIGKILLed and its state folder deleted (a lost node's disk). The other one leads within the lease
-(3 s here) and a few seconds, answers ``GET /v1/jobs/{id}`` and ``/logs`` with 200 meanwhile, re-attaches to
-the Ray job submission (the driver runs on the cluster, not in the replica) and the job ends SUCCEEDED with its
-one attempt; its manifest, tokenizer and every shard are byte-identical to an uninterrupted ``tokenmill run`` of
-the same spec (submitted to the same cluster beside it); and the event stream, resumed on the survivor with
-``Last-Event-ID``, gives every event exactly once (ids 1..N, no gap, no duplicate) up to the SUCCEEDED state.
+A job is submitted through replica A and followed with server-sent events on the leading replica; while it
+runs, that replica is SIGKILLed and its state folder deleted (a lost node's disk). The other one leads within
+the lease (3 s here) and a few seconds, answers ``GET /v1/jobs/{id}`` and ``/logs`` with 200 meanwhile,
+re-attaches to the Ray job submission (the driver runs on the cluster, not in the replica) and the job ends
+SUCCEEDED with its one attempt; its manifest, tokenizer and every shard are byte-identical to an uninterrupted
+``tokenmill run`` of the same spec (submitted to the same cluster beside it); and the event stream, resumed on
+the survivor with ``Last-Event-ID``, gives every event exactly once (ids 1..N, no gap, no duplicate) up to the
+SUCCEEDED state.
 """
 
 from __future__ import annotations
@@ -128,10 +129,12 @@ def test_a_killed_leader_is_taken_over_and_the_job_ends_byte_identical(tmp_path:
                 assert r.status_code == 200, r.text
                 return r.json()
 
+            leader, survivor = (a, b) if a.leads() else (b, a)
+            assert leader.leads() and survivor.leads() is False  # one leader
             r = api["a"].post("/v1/jobs", json=_spec(root, "failover"))
             assert r.status_code == 201, r.text
             job_id = r.json()["id"]
-            first = Follower(api["a"], job_id)
+            first = Follower(api[leader.name], job_id)  # on the replica about to be killed
             wait_for("the job's first phase", lambda: any(e["event"] == "phase" for e in first.events), 90)
             # the driver is frozen over the takeover, so the job is certainly still running when the survivor
             # takes over, however fast this machine is
@@ -139,8 +142,7 @@ def test_a_killed_leader_is_taken_over_and_the_job_ends_byte_identical(tmp_path:
                               & set(processes_naming("service.runner.job_process")), 10)
             for pid in driver:
                 os.kill(pid, signal.SIGSTOP)
-            leader, survivor = (a, b) if a.leads() else (b, a)
-            assert leader.leads() and survivor.leads() is False  # one leader
+            assert leader.leads() and survivor.leads() is False  # still the same one
             killed = time.monotonic()
             leader.kill()
             shutil.rmtree(leader.state)  # its disk is gone with it: nothing the others need was there
