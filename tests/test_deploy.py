@@ -373,6 +373,7 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "replicas with jobs in the pods": ({"replicas": 2, "database": _PG}, "ray.jobsUrl"),
     "replicas on one state claim": ({"replicas": 2, "database": _PG, "ray": _JOBS_API,
                                      "persistence": {"existingClaim": "tokenmill-state"}}, "persistence.existingClaim"),
+    "the Jobs API on SQLite": ({"ray": _JOBS_API}, "ray.jobsUrl needs PostgreSQL"),
 }
 
 _RENDER = r"""

@@ -77,7 +77,8 @@ PostgreSQL, so each has an emptyDir (the scratch of the jobs it runs), and no cl
 {{/* What replicas >= 2 needs, refused with the value to change: PostgreSQL (SQLite is one process's file; the job
 processes report to the database, so the replicas share nothing else), the Ray Jobs API (a job's driver on the
 cluster, which any replica follows by its submission id) and no state claim (each pod's state folder is its own
-emptyDir: see values.yaml, replicas). */}}
+emptyDir: see values.yaml, replicas); and, whatever the replicas, the Ray Jobs API needs PostgreSQL (its drivers on
+the head report to the database). */}}
 {{- define "tokenmill.checkReplicas" -}}
 {{- $n := int .Values.replicas }}
 {{- if gt $n 1 }}
@@ -93,6 +94,9 @@ emptyDir: see values.yaml, replicas). */}}
 {{- if .Values.persistence.existingClaim }}
 {{- fail (printf "replicas: %d gives each pod a state folder of its own (an emptyDir: the scratch of the jobs it runs; the replicas share the database, not this folder): leave persistence.existingClaim empty (it is %s), persistence is for replicas: 1" $n .Values.persistence.existingClaim) }}
 {{- end }}
+{{- end }}
+{{- if and .Values.ray.jobsUrl (or (not (include "tokenmill.databaseSecret" .)) (hasPrefix "sqlite" .Values.database.url)) }}
+{{- fail "ray.jobsUrl needs PostgreSQL (database.url or database.existingSecret): the jobs' drivers run on the Ray head and report to the database, and SQLite is a file in this pod the head cannot reach" }}
 {{- end }}
 {{- end }}
 
