@@ -3,7 +3,7 @@
 ========================  =============================  ====================================================
 setting                   environment variable           default
 ========================  =============================  ====================================================
-state_dir                 TOKENMILL_STATE_DIR            ``./tokenmill-service`` (jobs' logs and events, the lock)
+state_dir                 TOKENMILL_STATE_DIR            ``./tokenmill-service`` (SQLite file, lock, jobs' folders)
 database_url              TOKENMILL_DATABASE_URL         ``sqlite:///STATE_DIR/tokenmill.db``
 database_schema           TOKENMILL_DATABASE_SCHEMA      none (PostgreSQL only: the tables' schema)
 input_roots               TOKENMILL_INPUT_ROOTS          ``STATE_DIR/data`` (``:``-separated folders or URIs)

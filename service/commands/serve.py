@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokenmill serve", description="Run the control plane (REST API + job runner).")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--state-dir", help="jobs' logs and events, the default SQLite file ($TOKENMILL_STATE_DIR)")
+    p.add_argument("--state-dir",
+                   help="the default SQLite file, the lock, the folders of the jobs run here ($TOKENMILL_STATE_DIR)")
     add_database_options(p)
     p.add_argument("--root", action="append", default=[], metavar="[TEAM=]DIR",
                    help="a folder jobs may read and write (repeat; $TOKENMILL_ROOTS); TEAM=DIR: one of that team's "
