@@ -168,8 +168,9 @@ def build_corpus(path: Path, clean_mb: float, junk_share: float, seed: int = 0) 
             / 1e6, 2), "junk_byte_share": round(junk_bytes / max(1, sum(len(d["text"]) for d in docs)), 3)}
 
 
-def ablation_file(work: Path, size: dict[str, Any], seeds: list[int]) -> Path:
-    """The ablation file of the bench: raw against curated, one proxy, the clean part of the common set apart."""
+def ablation_file(work: Path, size: dict[str, Any], seeds: list[int], proxy_set: dict[str, Any] | None = None) -> Path:
+    """The ablation file of the bench: raw against curated, one proxy (its config's values overridden by the size's
+    warmup and ``proxy_set``), the clean part of the common set apart."""
     tasks = [f"{kind}:{CORPORA / 'bench' / name}" for kind, name in
              (("mmlu", "mmlu_test.jsonl.gz"), ("gsm8k", "gsm8k_test.jsonl.gz")) if (CORPORA / "bench" / name).exists()]
     spec = {"name": "bench-ablation", "raw": {"path": "raw.jsonl", "format": "jsonl"},
@@ -178,7 +179,8 @@ def ablation_file(work: Path, size: dict[str, Any], seeds: list[int]) -> Path:
             "tokenizer": {"vocab_size": 4096, "sample_docs": 5000},
             "budget": {"tokens": size["tokens"]},
             "proxy": {"config": str(REPO / "training" / "configs" / "proxy-cpu.yaml"),
-                      "set": {"optim.warmup_steps": size["warmup"]} if "warmup" in size else {}},
+                      "set": {**({"optim.warmup_steps": size["warmup"]} if "warmup" in size else {}),
+                              **(proxy_set or {})}},
             "seeds": seeds, "validation": {"share": 0.1, "by": "quality"}, "tasks": tasks,
             "eval": {"limit": size["limit"]}, "out": "out"}
     path = work / "ablation.yaml"
@@ -255,7 +257,16 @@ def main() -> int:
     p.add_argument("--junk-share", type=float, default=JUNK_SHARE,
                    help="share of the raw corpus's bytes that is junk (below 1)")
     p.add_argument("--work", type=Path, help="keep everything here (a rerun resumes); default: a temporary folder")
+    p.add_argument("--proxy-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a value of the proxy's config (YAML value), e.g. optim.lr=1.5e-3; repeatable")
+    p.add_argument("--variant", help="record the run as this named variant beside the headline run")
     args = p.parse_args()
+    proxy_set: dict[str, Any] = {}
+    for item in args.proxy_set:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            p.error(f"--proxy-set {item!r}: KEY=VALUE")
+        proxy_set[key] = yaml.safe_load(value)
     if not 0 <= args.junk_share < 1:
         p.error(f"--junk-share {args.junk_share}: a share of the bytes, at least 0 and below 1")
     size = SIZES["quick" if args.quick else "full"]
@@ -266,7 +277,7 @@ def main() -> int:
     if not corpus_file.exists():
         corpus_file.write_text(json.dumps(build_corpus(work / "raw.jsonl", size["clean_mb"], args.junk_share)))
     corpus = json.loads(corpus_file.read_text())
-    spec = ablation_file(work, size, list(range(args.seeds)))
+    spec = ablation_file(work, size, list(range(args.seeds)), proxy_set)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     code = subprocess.call([sys.executable, "-m", "service.cli", "ablate", str(spec)], env=env, cwd=REPO)
     if code != 0:
@@ -277,7 +288,9 @@ def main() -> int:
     result["kept_by_kind"] = kept_by_kind(work / "out")
     result["bpb_clean_by_seed"] = by_seed(work / "out")
     result["quick"] = args.quick
-    emit_json(result)
+    if proxy_set:
+        result["proxy_set"] = proxy_set
+    emit_json(result, variant=args.variant)
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
