@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,17 +155,11 @@ class EventOutbox:
 
     def flush(self, timeout: float) -> bool:
         """Write every queued event; False if the database did not take them within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                while self._write():
-                    pass
-                return True
-            except Exception as exc:  # noqa: BLE001 - retried until the deadline
-                if time.monotonic() >= deadline:
-                    log.error("could not report %d events: %s", len(self._pending), exc)
-                    return False
-                time.sleep(0.5)
+        def write_all() -> None:
+            while self._write():
+                pass
+
+        return _retry(write_all, timeout, "report the events")
 
     def close(self) -> None:
         self.flush(TERMINAL_WAIT_S)
@@ -181,8 +175,7 @@ class LogShipper:
     def __init__(self, db: Database, job_id: str, attempt: int, folder: Path, interval_s: float = LOG_FLUSH_S):
         self.db, self.job_id, self.attempt, self.folder = db, job_id, attempt, folder
         self.interval_s = interval_s
-        with db.read() as s:
-            self.offsets = shipped(s, job_id, attempt)
+        self.offsets: dict[str, int] = {}  # a job process ships its own attempt's logs from their start
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -211,16 +204,22 @@ class LogShipper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.ship()
-                return
-            except Exception as exc:  # noqa: BLE001 - retried until the deadline
-                if time.monotonic() >= deadline:
-                    log.error("could not ship the log's end: %s", exc)
-                    return
-                time.sleep(0.5)
+        _retry(self.ship, timeout, "ship the log's end")
+
+
+def _retry(action: Callable[[], None], timeout: float, what: str) -> bool:
+    """``action`` until it succeeds (True) or ``timeout`` seconds have passed (False, logged): a database that is
+    away for a moment loses nothing of what a job process reports at its end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            action()
+            return True
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            if time.monotonic() >= deadline:
+                log.error("could not %s: %s", what, exc)
+                return False
+            time.sleep(0.5)
 
 
 def _ship_file(s: Session, job_id: str, attempt: int, source: str, folder: Path, start: int) -> int:
@@ -278,7 +277,7 @@ def log_tail(s: Session, job_id: str, attempt: int, source: str, n: int) -> byte
         pieces.append(data)
         size += len(data)
     whole = b"".join(reversed(pieces))
-    return whole[len(whole) - n:] if n < len(whole) else whole if n else b""
+    return whole[-n:] if n else b""
 
 
 class Reporter:

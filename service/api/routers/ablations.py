@@ -148,21 +148,22 @@ def submit_ablation(spec: AblationSpec, response: Response, key: SubmitKey, db: 
     with db.read() as s:  # a repeat gets its ablation whatever its run has written since
         earlier = repo.repeated_job(s, data, idempotency_key=idempotency_key, api_key_id=key.id)
         repeat = AblationOut.of(earlier) if earlier is not None else None
-    if repeat is None:
-        _admit(spec, key, settings)
-        with db.session() as s:
-            job, created = repo.create_job(s, data, name=spec.name, spec_hash=repo.request_hash(data),
-                                           output_path=os.path.realpath(spec.out), idempotency_key=idempotency_key,
-                                           api_key_id=key.id, team=key.team, kind=ABLATION)
-            out = AblationOut.of(job)
-        if created and supervisor is not None:
-            supervisor.wake()
-        repeat = None if created else out
-    else:
-        out = repeat
     if repeat is not None:
+        response.headers["Location"] = f"/v1/ablations/{repeat.id}"
         response.status_code = status.HTTP_200_OK
+        return repeat
+    _admit(spec, key, settings)
+    with db.session() as s:
+        job, created = repo.create_job(s, data, name=spec.name, spec_hash=repo.request_hash(data),
+                                       output_path=os.path.realpath(spec.out), idempotency_key=idempotency_key,
+                                       api_key_id=key.id, team=key.team, kind=ABLATION)
+        out = AblationOut.of(job)
     response.headers["Location"] = f"/v1/ablations/{out.id}"
+    if created:
+        if supervisor is not None:
+            supervisor.wake()
+    else:
+        response.status_code = status.HTTP_200_OK
     return out
 
 
